@@ -1,0 +1,166 @@
+"""Every error a client can see, and the one place that turns it into a response.
+
+    GatewayError                      (status, type, code, reason code)
+    ├── InvalidRequest                400 invalid_request_error — malformed JSON, wrong types, …
+    │   └── UnknownModel              404 model_not_found
+    │   └── NotFound                  404 not_found — no such endpoint or record
+    ├── MethodNotAllowed              405 method_not_allowed
+    ├── BodyTooLarge                  413 request_too_large
+    ├── AuthenticationFailed          401 invalid_api_key — unknown, revoked and expired alike
+    ├── PermissionDenied              403 model_not_allowed — the key may not use this model
+    ├── CapacityRefused               429 rate_limit_exceeded — refused, with Retry-After
+    ├── UpstreamError                 502 upstream_error — the provider failed or answered garbage
+    │   ├── UpstreamUnavailable       502 upstream_unavailable — could not connect
+    │   └── UpstreamTimeout           504 upstream_timeout
+    └── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
+
+The envelope is OpenAI's, so SDKs surface the message, plus Switchyard's ``reason`` code:
+``{"error": {"message": …, "type": …, "code": …, "param": …, "reason": …}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from django.http import HttpResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "api_error"
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        reason: str | None = None,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.reason = reason or (code or self.code)
+        self.headers = headers or {}
+        if code is not None:
+            self.code = code
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+                "reason": self.reason,
+            }
+        }
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class UnknownModel(InvalidRequest):
+    status = 404
+    code = "model_not_found"
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class BodyTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "model_not_allowed"
+
+
+class CapacityRefused(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "api_error"
+    code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "api_error"
+    code = "service_unavailable"
+
+
+def error_response(
+    error: GatewayError, extra_headers: dict[str, str] | None = None
+) -> HttpResponse:
+    response = HttpResponse(
+        orjson.dumps(error.envelope()), status=error.status, content_type="application/json"
+    )
+    for name, value in {**error.headers, **(extra_headers or {})}.items():
+        response[name] = value
+    return response
+
+
+def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF endpoints answer in the same envelope as the proxy."""
+    if isinstance(exc, GatewayError):
+        return Response(exc.envelope(), status=exc.status, headers=exc.headers)
+    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        err: GatewayError = AuthenticationFailed("Invalid API key.")
+    elif isinstance(exc, drf_exceptions.PermissionDenied):
+        err = PermissionDenied(str(exc.detail), code="permission_denied")
+    elif isinstance(exc, drf_exceptions.NotFound):
+        err = NotFound(str(exc.detail))
+    elif isinstance(exc, drf_exceptions.APIException):
+        err = InvalidRequest(_flatten(exc.detail), code=exc.default_code)
+        err.status = exc.status_code
+    else:
+        return None
+    return Response(err.envelope(), status=err.status)
+
+
+def _flatten(detail: Any) -> str:
+    if isinstance(detail, dict):
+        return "; ".join(f"{key}: {_flatten(value)}" for key, value in detail.items())
+    if isinstance(detail, list):
+        return "; ".join(_flatten(item) for item in detail)
+    return str(detail)

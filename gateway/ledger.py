@@ -1,0 +1,76 @@
+"""The usage ledger, off the hot path: the proxy appends records to a Redis list; a Celery task
+claims them in batches and stores them as ``Generation`` rows (idempotent by id)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway import redis as sy_redis
+from gateway.models import Generation
+
+log = logging.getLogger(__name__)
+
+_CLAIM_LUA = (Path(__file__).parent / "lua" / "ledger_claim.lua").read_text()
+# A claim older than this was abandoned by a crashed flush: its records go back to the queue.
+STALE_CLAIM_SECONDS = 300.0
+_pending: set[asyncio.Task[Any]] = set()
+
+
+def ledger_record_later(record: dict[str, Any]) -> None:
+    """Queue one ledger record without making the response wait for Redis."""
+    task = asyncio.create_task(_push(record))
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+async def _push(record: dict[str, Any]) -> None:
+    try:
+        await sy_redis.async_client().rpush(sy_redis.key("ledger"), orjson.dumps(record))
+    except Exception:
+        log.exception("ledger record lost: %s", record.get("id"))
+
+
+def ledger_flush(*, batch_size: int = 1000, now: float | None = None) -> int:
+    """Move queued records into the database; returns how many were stored."""
+    client = sy_redis.sync_client()
+    now = time.time() if now is None else now
+    claims = sy_redis.key("ledger", "claims")
+    for stale in client.zrangebyscore(claims, "-inf", now - STALE_CLAIM_SECONDS):
+        _claim_return(client, stale, claims)
+    claim = sy_redis.key("ledger", "claim", uuid.uuid4().hex)
+    script = client.register_script(_CLAIM_LUA)
+    items = script(keys=[sy_redis.key("ledger"), claim, claims], args=[batch_size, now])
+    if not items:
+        return 0
+    rows = [_generation(orjson.loads(item)) for item in items]
+    Generation.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+    client.delete(claim)
+    client.zrem(claims, claim)
+    return len(rows)
+
+
+def _claim_return(client: Any, claim: bytes, claims: str) -> None:
+    items = client.lrange(claim, 0, -1)
+    pipe = client.pipeline()
+    if items:
+        pipe.rpush(sy_redis.key("ledger"), *items)
+    pipe.delete(claim)
+    pipe.zrem(claims, claim)
+    pipe.execute()
+
+
+_FIELDS = {f.name for f in Generation._meta.get_fields()}
+
+
+def _generation(record: dict[str, Any]) -> Generation:
+    values = {name: value for name, value in record.items() if name in _FIELDS}
+    values["created_at"] = datetime.fromtimestamp(record["created_at"], tz=UTC)
+    return Generation(**values)

@@ -1,0 +1,40 @@
+"""One shared HTTP client per provider and process: httpx's API over aiohttp's transport.
+
+Transport retries stay off (SPEC F4): one logical request must not become gateway × HTTP ×
+provider retries; the broker owns the retry budget.
+"""
+
+from __future__ import annotations
+
+import httpx
+from django.conf import settings
+from httpx_aiohttp import AiohttpTransport
+
+_clients: dict[str, httpx.AsyncClient] = {}
+
+
+def client_for(base_url: str) -> httpx.AsyncClient:
+    client = _clients.get(base_url)
+    if client is None or client.is_closed:
+        limits = httpx.Limits(
+            max_connections=settings.UPSTREAM_MAX_CONNECTIONS,
+            max_keepalive_connections=settings.UPSTREAM_MAX_CONNECTIONS,
+        )
+        client = httpx.AsyncClient(
+            base_url=base_url,
+            transport=AiohttpTransport(limits=limits, retries=0),
+            timeout=httpx.Timeout(
+                settings.UPSTREAM_READ_TIMEOUT,
+                connect=settings.UPSTREAM_CONNECT_TIMEOUT,
+                pool=settings.UPSTREAM_CONNECT_TIMEOUT,
+            ),
+            follow_redirects=False,
+        )
+        _clients[base_url] = client
+    return client
+
+
+async def clients_close() -> None:
+    for client in list(_clients.values()):
+        await client.aclose()
+    _clients.clear()

@@ -1,0 +1,195 @@
+"""The contract of ``POST /v1/chat/completions``: what a valid body is, as DRF serializers.
+
+JSON types are checked strictly (``"5"`` is not an integer, ``"true"`` is not a boolean), as
+OpenAI does: a gateway that coerces silently hides client bugs. Fields the gateway does not
+know are passed through to OpenAI-compatible providers untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rest_framework import serializers
+
+from gateway.errors import BodyTooLarge, InvalidRequest
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class StrictBooleanField(serializers.BooleanField):
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "must be an integer."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    default_error_messages = {"invalid": "must be a number."}
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class FunctionSerializer(serializers.Serializer[dict[str, Any]]):
+    name = StrictCharField(max_length=64)
+    description = StrictCharField(required=False, allow_blank=True)
+    parameters = serializers.DictField(required=False)
+    strict = StrictBooleanField(required=False)
+
+
+class ToolSerializer(serializers.Serializer[dict[str, Any]]):
+    type = serializers.ChoiceField(choices=["function"])
+    function = FunctionSerializer()
+
+
+class ToolCallFunctionSerializer(serializers.Serializer[dict[str, Any]]):
+    name = StrictCharField()
+    arguments = StrictCharField(allow_blank=True)
+
+
+class ToolCallSerializer(serializers.Serializer[dict[str, Any]]):
+    id = StrictCharField()
+    type = serializers.ChoiceField(choices=["function"])
+    function = ToolCallFunctionSerializer()
+
+
+class ContentPartSerializer(serializers.Serializer[dict[str, Any]]):
+    type = serializers.ChoiceField(choices=["text", "image_url", "input_audio", "file"])
+    text = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["type"] == "text" and "text" not in attrs:
+            raise serializers.ValidationError({"text": "a text part needs text."})
+        return attrs
+
+
+class MessageSerializer(serializers.Serializer[dict[str, Any]]):
+    role = serializers.ChoiceField(choices=ROLES)
+    name = StrictCharField(required=False)
+    tool_calls = ToolCallSerializer(many=True, required=False, allow_empty=False)
+    tool_call_id = StrictCharField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        content = self.initial_data.get("content") if isinstance(self.initial_data, dict) else None
+        role = attrs["role"]
+        if isinstance(content, list):
+            parts = ContentPartSerializer(data=content, many=True)
+            if not parts.is_valid():
+                raise serializers.ValidationError({"content": parts.errors})
+        elif content is None:
+            if not (role == "assistant" and attrs.get("tool_calls")):
+                raise serializers.ValidationError({"content": "this field is required."})
+        elif not isinstance(content, str):
+            raise serializers.ValidationError({"content": "must be a string or a list of parts."})
+        if role == "tool" and "tool_call_id" not in attrs:
+            raise serializers.ValidationError({"tool_call_id": "a tool message needs one."})
+        if "tool_calls" in attrs and role != "assistant":
+            raise serializers.ValidationError({"tool_calls": "only assistant messages have them."})
+        return attrs
+
+
+class StreamOptionsSerializer(serializers.Serializer[dict[str, Any]]):
+    include_usage = StrictBooleanField(required=False)
+
+
+class ChatCompletionSerializer(serializers.Serializer[dict[str, Any]]):
+    model = StrictCharField(max_length=200)
+    messages = MessageSerializer(many=True, allow_empty=False)
+    stream = StrictBooleanField(required=False)
+    stream_options = StreamOptionsSerializer(required=False)
+    max_tokens = StrictIntegerField(required=False, min_value=1)
+    max_completion_tokens = StrictIntegerField(required=False, min_value=1)
+    temperature = StrictFloatField(required=False, min_value=0, max_value=2)
+    top_p = StrictFloatField(required=False, min_value=0, max_value=1)
+    n = StrictIntegerField(required=False, min_value=1, max_value=1)
+    tools = ToolSerializer(many=True, required=False)
+    user = StrictCharField(required=False, max_length=256)
+    response_format = serializers.DictField(required=False)
+    parallel_tool_calls = StrictBooleanField(required=False)
+    provider = serializers.DictField(required=False)
+    models = serializers.ListField(child=StrictCharField(), required=False, max_length=8)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        data = self.initial_data
+        stop = data.get("stop")
+        if stop is not None and not (
+            isinstance(stop, str)
+            or (isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) for s in stop))
+        ):
+            raise serializers.ValidationError({"stop": "must be a string or up to 4 strings."})
+        choice = data.get("tool_choice")
+        if choice is not None and not (
+            choice in ("none", "auto", "required")
+            or (
+                isinstance(choice, dict)
+                and choice.get("type") == "function"
+                and isinstance(choice.get("function"), dict)
+                and isinstance(choice["function"].get("name"), str)
+            )
+        ):
+            raise serializers.ValidationError(
+                {"tool_choice": "must be none, auto, required or a function choice."}
+            )
+        if "stream_options" in attrs and not attrs.get("stream"):
+            raise serializers.ValidationError(
+                {"stream_options": "only allowed when stream is true."}
+            )
+        return attrs
+
+
+def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
+    """The validated request body (the original dict, unknown fields kept), or InvalidRequest."""
+    if len(raw) > max_bytes:
+        raise BodyTooLarge(f"Request body is larger than the limit of {max_bytes} bytes.")
+    if not raw:
+        raise InvalidRequest("Request body is empty; expected a JSON object.", code="invalid_json")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"Request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
+    serializer = ChatCompletionSerializer(data=body)
+    if not serializer.is_valid():
+        param, message = _first_error(serializer.errors)
+        raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value")
+    return body
+
+
+def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
+    """The first error of a DRF error tree as (``messages[2].content``, message)."""
+    if isinstance(errors, dict):
+        name, value = next(iter(errors.items()))
+        if name != "non_field_errors":
+            path = f"{path}.{name}" if path else name
+        return _first_error(value, path)
+    if isinstance(errors, list):
+        if errors and all(isinstance(item, str) for item in errors):
+            return path, str(errors[0])
+        for index, item in enumerate(errors):
+            if item:
+                return _first_error(item, f"{path}[{index}]")
+    return path, str(errors)

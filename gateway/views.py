@@ -1,0 +1,40 @@
+"""Thin views: each hands the request to one service."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
+
+from gateway import pipeline
+from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await pipeline.chat_completion(request)
+
+
+async def models_list(request: HttpRequest) -> HttpResponse:
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    return await pipeline.models_list(request)
+
+
+def _method_not_allowed(allowed: str) -> HttpResponse:
+    return error_response(MethodNotAllowed(f"Use {allowed} for this endpoint."), {"Allow": allowed})
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if request.path.startswith("/v1/"):
+        return error_response(NotFound(f"There is no endpoint at {request.path}."))
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    # A 500 is a bug; still, an API client gets the envelope, not an HTML page.
+    if request.path.startswith("/v1/"):
+        return error_response(GatewayError("Internal error; it has been logged."))
+    return defaults.server_error(request)

@@ -1,0 +1,143 @@
+"""Canonical quota configuration (SPEC B1–B3, E1): buckets and workload classes."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+
+class WorkloadClass(models.Model):
+    class Overload(models.TextChoices):
+        REJECT = "reject", "reject at once"
+        DEGRADE = "degrade", "degrade to the fallback model"
+        DEFER = "defer", "defer (queue until the deadline)"
+
+    name = models.SlugField(max_length=50, unique=True)
+    deadline_seconds = models.FloatField(help_text="How long a request may wait for capacity.")
+    max_queue_depth = models.PositiveIntegerField()
+    overload_action = models.CharField(max_length=10, choices=Overload.choices)
+    weight = models.FloatField(default=1.0, help_text="Share in a contended pool (D2).")
+    retry_budget = models.PositiveIntegerField(
+        default=2, help_text="Attempts after the first, fallbacks included (F4)."
+    )
+
+    class Meta:
+        ordering = ["-weight", "name"]
+        verbose_name = "workload class"
+        verbose_name_plural = "workload classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Bucket(models.Model):
+    """One limit: a scope, a dimension, a capacity and a rule (B1)."""
+
+    class ScopeKind(models.TextChoices):
+        API_KEY = "api_key", "API key"
+        APP = "app", "app"
+        TEAM = "team", "team"
+        TENANT = "tenant", "tenant"
+        PARTNER = "partner", "partner"
+        PROVIDER = "provider", "provider account"
+        MODEL = "model", "model route"
+
+    class Dimension(models.TextChoices):
+        REQUESTS = "requests"
+        INPUT_TOKENS = "input_tokens"
+        OUTPUT_TOKENS = "output_tokens"
+        TOTAL_TOKENS = "total_tokens"
+        SPEND = "spend", "spend (USD)"
+        CONCURRENCY = "concurrency"
+        RAMP = "ramp"
+
+    class Rule(models.TextChoices):
+        REFILL = "refill", "continuous refill over a period"
+        FIXED_WINDOW = "fixed_window", "fixed window resetting at a wall-clock time"
+        ROLLING_WINDOW = "rolling_window", "rolling window of a duration"
+        CONCURRENCY = "concurrency", "held while a request is in flight"
+        RAMP = "ramp", "growth factor per interval"
+
+    class Source(models.TextChoices):
+        CONFIGURED = "configured"
+        LEARNED = "learned", "learned from provider headers"
+        PROVIDER_DEFAULT = "provider_default", "provider default"
+
+    class Window(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+        WEEK = "week"
+        MONTH = "month"
+
+    # The public name appears in response headers (H1) and in refusals: it names the scope
+    # kind and the scope's own name only, never another tenant's.
+    name = models.CharField(max_length=200, unique=True)
+    scope_kind = models.CharField(max_length=20, choices=ScopeKind.choices)
+    api_key = models.ForeignKey(
+        "tenants.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    app = models.ForeignKey(
+        "tenants.App", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    team = models.ForeignKey(
+        "tenants.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    partner = models.ForeignKey(
+        "tenants.Partner", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    provider = models.ForeignKey(
+        "routing.Provider", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    model = models.ForeignKey(
+        "routing.Model", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
+    dimension = models.CharField(max_length=20, choices=Dimension.choices)
+    rule = models.CharField(max_length=20, choices=Rule.choices)
+    capacity = models.FloatField(null=True, blank=True, help_text="Empty only for ramp limits.")
+    period_seconds = models.FloatField(
+        null=True, blank=True, help_text="Refill period, or the ramp interval."
+    )
+    window = models.CharField(max_length=10, choices=Window.choices, blank=True, default="")
+    resets_at = models.TimeField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    duration_seconds = models.FloatField(null=True, blank=True, help_text="Rolling window length.")
+    factor = models.FloatField(
+        null=True, blank=True, help_text="Ramp: allowed growth per interval."
+    )
+    source = models.CharField(max_length=20, choices=Source.choices, default=Source.CONFIGURED)
+    shadow = models.BooleanField(
+        default=False,
+        help_text="Evaluated and counted, but refuses nothing: try a new limit on live traffic.",
+    )
+
+    SCOPE_FIELDS = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
+
+    class Meta:
+        ordering = ["scope_kind", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def scope_object(self) -> models.Model | None:
+        return getattr(self, self.scope_kind, None)
+
+    def clean(self) -> None:
+        set_scopes = [f for f in self.SCOPE_FIELDS if getattr(self, f"{f}_id") is not None]
+        if set_scopes != [self.scope_kind]:
+            raise ValidationError(
+                {"scope_kind": f"exactly the {self.scope_kind} scope must be set"}
+            )
+        if self.rule == self.Rule.RAMP:
+            if not self.factor or not self.period_seconds:
+                raise ValidationError("a ramp limit needs a factor and an interval")
+        elif self.capacity is None or self.capacity <= 0:
+            raise ValidationError({"capacity": "must be a positive number"})
+        if self.rule == self.Rule.REFILL and not self.period_seconds:
+            raise ValidationError({"period_seconds": "a refill limit needs a period"})
+        if self.rule == self.Rule.FIXED_WINDOW and not (self.window and self.timezone):
+            raise ValidationError("a fixed window needs a window and a timezone")
+        if self.rule == self.Rule.ROLLING_WINDOW and not self.duration_seconds:
+            raise ValidationError({"duration_seconds": "a rolling window needs a duration"})

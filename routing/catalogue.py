@@ -1,0 +1,101 @@
+"""The catalogue as plain values for the hot path: models, their endpoints and providers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from routing.models import Endpoint, Model, Provider
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEntry:
+    id: int
+    name: str
+    protocol: str
+    base_url: str
+    api_key: str
+    cache_ttl_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointEntry:
+    id: int
+    model_slug: str
+    provider: ProviderEntry
+    upstream_model: str
+    price_input: float  # USD per million tokens
+    price_cached_input: float
+    price_output: float
+    context_window: int
+    max_output: int
+    supports: frozenset[str]
+
+    def cost(self, *, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
+        """What the provider charges for this usage, in USD."""
+        uncached = input_tokens - cached_input_tokens
+        return (
+            uncached * self.price_input
+            + cached_input_tokens * self.price_cached_input
+            + output_tokens * self.price_output
+        ) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    id: int
+    slug: str
+    default_output_tokens: int
+    allow_fallbacks: bool
+    fallback_slug: str | None
+    endpoints: tuple[EndpointEntry, ...]  # in configured order
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    models: dict[str, ModelEntry]
+    providers: dict[str, ProviderEntry]
+
+
+def catalogue_build() -> Catalogue:
+    providers = {
+        p.pk: ProviderEntry(
+            id=p.pk,
+            name=p.name,
+            protocol=p.protocol,
+            base_url=p.base_url.rstrip("/"),
+            api_key=p.get_api_key(),
+            cache_ttl_seconds=p.cache_ttl_seconds,
+        )
+        for p in Provider.objects.filter(is_active=True)
+    }
+    endpoints: dict[int, list[EndpointEntry]] = {}
+    for e in Endpoint.objects.filter(is_active=True).select_related("model").order_by("position"):
+        provider = providers.get(e.provider_id)
+        if provider is None:
+            continue
+        endpoints.setdefault(e.model_id, []).append(
+            EndpointEntry(
+                id=e.pk,
+                model_slug=e.model.slug,
+                provider=provider,
+                upstream_model=e.upstream_model,
+                price_input=float(e.price_input),
+                price_cached_input=float(e.price_cached_input),
+                price_output=float(e.price_output),
+                context_window=e.context_window,
+                max_output=e.max_output,
+                supports=frozenset(e.supports or ()),
+            )
+        )
+    models = {
+        m.slug: ModelEntry(
+            id=m.pk,
+            slug=m.slug,
+            default_output_tokens=m.default_output_tokens,
+            allow_fallbacks=m.allow_fallbacks,
+            fallback_slug=m.fallback_model.slug if m.fallback_model else None,
+            endpoints=tuple(endpoints.get(m.pk, ())),
+        )
+        for m in Model.objects.filter(is_active=True).select_related("fallback_model")
+    }
+    return Catalogue(models=models, providers={p.name: p for p in providers.values()})

@@ -1,0 +1,73 @@
+"""One ledger row per request, written off the hot path; a client disconnect cancels upstream."""
+
+import httpx
+import pytest
+
+from tests.stack import wait_until
+
+pytestmark = pytest.mark.e2e
+
+KEY = "sk-sy-test-acme-web-0001"
+
+
+def test_it_writes_one_ledger_row_per_request_through_celery(stack):
+    response = httpx.post(
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "acme/chat-small", "messages": [{"role": "user", "content": "ledger me"}]},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    generation_id = response.json()["id"]
+    usage = response.json()["usage"]
+
+    def stored():
+        return stack.sql(
+            "select provider, status, input_tokens, output_tokens, cost, model, tenant_id"
+            " from gateway_generation where id = %s",
+            generation_id,
+        )
+
+    wait_until(lambda: bool(stored()), timeout=15, what="the ledger row (Celery beat flush)")
+    [(provider, status, input_tokens, output_tokens, cost, model, tenant_id)] = stored()
+    assert (provider, status, model) == ("alpha", 200, "acme/chat-small")
+    assert (input_tokens, output_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert float(cost) == pytest.approx(usage["cost"], rel=1e-6)
+    [(acme_id,)] = stack.sql("select id from tenants_tenant where name = 'acme'")
+    assert tenant_id == acme_id
+
+
+def test_it_cancels_the_upstream_call_when_the_client_disconnects(stack):
+    stats = f"{stack.sim_url('alpha')}/_stats"
+    payload = {
+        "model": "acme/chat-large",
+        "messages": [{"role": "user", "content": "write a long story"}],
+        "max_tokens": 4000,
+        "stream": True,
+    }
+    with httpx.Client(timeout=30) as client, client.stream(
+        "POST",
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json=payload,
+    ) as response:
+        assert response.status_code == 200
+        first = next(response.iter_lines())
+        assert first.startswith("data: ")
+        assert httpx.get(stats).json()["concurrency"] >= 1
+        # Leaving the block closes the connection mid-stream.
+    wait_until(
+        lambda: httpx.get(stats).json()["concurrency"] == 0,
+        timeout=5,
+        what="the simulator to see the upstream call cancelled",
+    )
+
+    def cancelled_rows():
+        return stack.sql(
+            "select status, reason_code from gateway_generation where cancelled and streamed"
+        )
+
+    wait_until(
+        lambda: bool(cancelled_rows()), timeout=15, what="the cancelled request's ledger row"
+    )
+    assert cancelled_rows()[0] == (499, "client_disconnected")

@@ -1,0 +1,257 @@
+"""A real Switchyard deployment on loopback, for end-to-end tests and benchmarks.
+
+It starts what production runs — the provider simulator, the gateway under uvicorn, a Celery
+worker — as separate processes on free ports, with a database and a Redis key prefix of its
+own, loaded from the reference config with the simulator's ports written in. Everything it
+starts is stopped by PID in ``stop()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+REFERENCE_CONFIG = ROOT / "config" / "switchyard.yaml"
+REFERENCE_MARKET = ROOT / "config" / "market.yaml"
+PROVIDER_KEYS = {
+    "ALPHA_API_KEY": "sim-alpha",
+    "BETA_API_KEY": "sim-beta",
+    "GAMMA_API_KEY": "sim-gamma",
+}
+# Reference market ports, rewritten in the config copy to the ports the simulator really got.
+REFERENCE_PORTS = {"alpha": 9101, "beta": 9102, "gamma": 9103}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class Stack:
+    database_url: str  # a server URL; the stack creates its own database on it
+    redis_url: str
+    market: Path = REFERENCE_MARKET
+    config: Path = REFERENCE_CONFIG
+    latency_scale: float = 1.0
+    gateway_workers: int = 1
+    celery: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # Changes to the parsed config before it is loaded (add a model, a provider, a key…).
+    config_edit: Callable[[dict[str, Any]], None] | None = None
+
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    sim_ports: dict[str, int] = field(default_factory=dict)
+    gateway_port: int = 0
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sy-stack-")))
+
+    def __post_init__(self) -> None:
+        self.name = f"systack_{uuid.uuid4().hex[:10]}"
+        self.stack_database_url = _with_database(self.database_url, self.name)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    def sim_url(self, provider: str) -> str:
+        return f"http://127.0.0.1:{self.sim_ports[provider]}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(PROVIDER_KEYS)
+        env.update(
+            DATABASE_URL=self.stack_database_url,
+            REDIS_URL=self.redis_url,
+            REDIS_PREFIX=self.name,
+            DJANGO_SETTINGS_MODULE="gateway.settings",
+            PYTHONPATH=str(ROOT),
+        )
+        env.update(self.extra_env)
+        return env
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"manage.py {' '.join(args)} failed:\n{result.stdout}{result.stderr}"
+            )
+        return result.stdout
+
+    def start(self) -> Stack:
+        try:
+            self._start_simulator()
+            self._create_database()
+            self.manage("migrate", "--noinput")
+            self.manage("loadconfig", str(self._config_with_ports()))
+            self._start_gateway()
+            if self.celery:
+                self._start_celery()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.processes[name] = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+    def _start_simulator(self) -> None:
+        ready = self.workdir / "simulator-ports.json"
+        ports = ",".join(f"{name}=0" for name in REFERENCE_PORTS)
+        self._spawn(
+            "simulator",
+            [
+                PYTHON,
+                "manage.py",
+                "providersim",
+                "--market",
+                str(self.market),
+                "--ports",
+                ports,
+                "--ready-file",
+                str(ready),
+                "--latency-scale",
+                str(self.latency_scale),
+            ],
+        )
+        wait_until(
+            lambda: ready.exists() and ready.stat().st_size > 0,
+            timeout=30,
+            what=f"the simulator (log: {self.workdir / 'simulator.log'})",
+        )
+        self.sim_ports = json.loads(ready.read_text())
+
+    def _config_with_ports(self) -> Path:
+        config = yaml.safe_load(self.config.read_text())
+        for provider in config["providers"]:
+            if provider["name"] in self.sim_ports:
+                reference = REFERENCE_PORTS[provider["name"]]
+                actual = self.sim_ports[provider["name"]]
+                provider["base_url"] = provider["base_url"].replace(f":{reference}", f":{actual}")
+        if self.config_edit:
+            self.config_edit(config)
+        path = self.workdir / "switchyard.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def _create_database(self) -> None:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def _start_gateway(self) -> None:
+        self.gateway_port = free_port()
+        self._spawn(
+            "gateway",
+            [
+                PYTHON,
+                "-m",
+                "uvicorn",
+                "gateway.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.gateway_port),
+                "--workers",
+                str(self.gateway_workers),
+                "--loop",
+                "uvloop",
+                "--http",
+                "httptools",
+                "--no-access-log",
+            ],
+        )
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{self.base_url}/v1/models", timeout=1).status_code == 401
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout=30, what=f"the gateway (log: {self.workdir / 'gateway.log'})")
+
+    def _start_celery(self) -> None:
+        self._spawn(
+            "celery",
+            [
+                PYTHON,
+                "-m",
+                "celery",
+                "-A",
+                "gateway",
+                "worker",
+                "--beat",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                f"--schedule={self.workdir / 'celerybeat-schedule'}",
+                "-Q",
+                f"{self.name}-celery",
+            ],
+        )
+
+    def sql(self, query: str, *params: object) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.stack_database_url, autocommit=True) as conn:
+            return conn.execute(query, params).fetchall()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()
+        try:
+            with psycopg.connect(self.database_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        except psycopg.Error:
+            pass
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
