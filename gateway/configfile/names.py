@@ -1,0 +1,74 @@
+"""Public bucket names: ``<scope kind>:<scope path>:<what is limited>``.
+
+A bucket's name appears in response headers and refusals sent to the tenant (H1), so it names
+the bucket's own scope only: ``tenant:acme:total_tokens:day``, ``provider:alpha:requests:1m``,
+``app:acme/search/web:concurrency``, ``api_key:acme/search/web/ci:spend:rolling-5h``.
+Names are derived from the limit's shape, so they stay the same from one load to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gateway.configfile.durations import duration_format
+from gateway.configfile.limits import LimitSpec
+from gateway.configfile.schema import Config
+
+
+def scope_name(kind: str, *names: str) -> str:
+    """``scope_name("app", "acme", "search", "web")`` → ``app:acme/search/web``."""
+    return f"{kind}:{'/'.join(names)}"
+
+
+def bucket_qualifier(
+    *,
+    dimension: str,
+    rule: str,
+    period_seconds: float | None = None,
+    window: str = "",
+    duration_seconds: float | None = None,
+) -> str:
+    """What a bucket limits, e.g. ``requests:1m``, ``total_tokens:day``, ``spend:rolling-5h``."""
+    if rule == "concurrency":
+        return "concurrency"
+    if rule == "fixed_window":
+        return f"{dimension}:{window}"
+    if rule == "rolling_window" and duration_seconds:
+        return f"{dimension}:rolling-{duration_format(duration_seconds)}"
+    if period_seconds:  # refill and ramp
+        return f"{dimension}:{duration_format(period_seconds)}"
+    return dimension
+
+
+def bucket_name(scope: str, limit: LimitSpec) -> str:
+    if limit.label:
+        return f"{scope}:{limit.label}"
+    qualifier = bucket_qualifier(
+        dimension=limit.dimension,
+        rule=limit.rule,
+        period_seconds=limit.period_seconds,
+        window=limit.window,
+        duration_seconds=limit.duration_seconds,
+    )
+    # A shadow limit usually runs beside the enforced one it may replace.
+    return f"{scope}:{qualifier}:shadow" if limit.shadow else f"{scope}:{qualifier}"
+
+
+def scoped_limits(config: Config) -> Iterator[tuple[str, LimitSpec]]:
+    """Every limit of the file with its scope name, in file order."""
+    for provider in config.providers:
+        yield from ((scope_name("provider", provider.name), lim) for lim in provider.limits)
+    for model in config.models:
+        yield from ((scope_name("model", model.slug), lim) for lim in model.limits)
+    for partner in config.partners:
+        yield from ((scope_name("partner", partner.name), lim) for lim in partner.limits)
+    for tenant in config.tenants:
+        yield from ((scope_name("tenant", tenant.name), lim) for lim in tenant.limits)
+        for team in tenant.teams:
+            path = (tenant.name, team.name)
+            yield from ((scope_name("team", *path), lim) for lim in team.limits)
+            for app in team.apps:
+                yield from ((scope_name("app", *path, app.name), lim) for lim in app.limits)
+                for key in app.keys:
+                    scope = scope_name("api_key", *path, app.name, key.name)
+                    yield from ((scope, lim) for lim in key.limits)

@@ -1,0 +1,142 @@
+"""Admin for the catalogue: providers (credential write-only), models and their endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+
+from gateway.configfile.admin_base import ConfigModelAdmin
+from quotas.admin import bucket_inline
+from routing.models import Endpoint, Model, Provider
+
+
+class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The credential can be replaced or cleared here, never read back."""
+
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted. Leave blank to keep the current key.",
+    )
+    # assume_scheme: Django 6's default, stated now (and silences its deprecation warning).
+    base_url = forms.URLField(max_length=500, assume_scheme="https")
+    clear_api_key = forms.BooleanField(
+        label="Remove the API key", required=False, help_text="Store no credential."
+    )
+
+    class Meta:
+        model = Provider
+        fields = ["name", "protocol", "base_url", "cache_ttl_seconds", "is_active"]
+
+
+@admin.register(Provider)
+class ProviderAdmin(ConfigModelAdmin):
+    form = ProviderForm
+    fields = [
+        "name",
+        "protocol",
+        "base_url",
+        "api_key",
+        "clear_api_key",
+        "cache_ttl_seconds",
+        "is_active",
+    ]
+    list_display = [
+        "name",
+        "protocol",
+        "base_url",
+        "has_credential",
+        "endpoint_count",
+        "cache_ttl_seconds",
+        "is_active",
+    ]
+    list_filter = ["protocol", "is_active"]
+    search_fields = ["name", "base_url"]
+    inlines = [bucket_inline("provider")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Provider]:
+        return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
+
+    @admin.display(description="credential", boolean=True)
+    def has_credential(self, provider: Provider) -> bool:
+        return bool(provider.api_key_encrypted)
+
+    @admin.display(description="endpoints", ordering="endpoint_count")
+    def endpoint_count(self, provider: Any) -> int:
+        return int(provider.endpoint_count)
+
+    def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
+        if form.cleaned_data.get("api_key"):
+            obj.set_api_key(form.cleaned_data["api_key"])
+        elif form.cleaned_data.get("clear_api_key"):
+            obj.set_api_key("")
+        super().save_model(request, obj, form, change)
+
+
+class EndpointInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Endpoint
+    extra = 0
+    fields = [
+        "position",
+        "provider",
+        "upstream_model",
+        "price_input",
+        "price_cached_input",
+        "price_output",
+        "context_window",
+        "max_output",
+        "supports",
+        "is_active",
+    ]
+    autocomplete_fields = ["provider"]
+    ordering = ["position"]
+
+
+@admin.register(Model)
+class RouteModelAdmin(ConfigModelAdmin):
+    list_display = [
+        "slug",
+        "default_output_tokens",
+        "allow_fallbacks",
+        "fallback_model",
+        "endpoint_count",
+        "is_active",
+    ]
+    list_filter = ["is_active", "allow_fallbacks", "endpoints__provider"]
+    search_fields = ["slug"]
+    autocomplete_fields = ["fallback_model"]
+    list_select_related = ["fallback_model"]
+    inlines = [EndpointInline, bucket_inline("model")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
+        return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
+
+    @admin.display(description="endpoints", ordering="endpoint_count")
+    def endpoint_count(self, model: Any) -> int:
+        return int(model.endpoint_count)
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(ConfigModelAdmin):
+    list_display = [
+        "model",
+        "provider",
+        "upstream_model",
+        "position",
+        "price_input",
+        "price_cached_input",
+        "price_output",
+        "context_window",
+        "max_output",
+        "is_active",
+    ]
+    list_filter = ["is_active", "provider"]
+    search_fields = ["model__slug", "provider__name", "upstream_model"]
+    autocomplete_fields = ["model", "provider"]
+    list_select_related = ["model", "provider"]

@@ -1,0 +1,229 @@
+"""Admin for the hierarchy (A1) and API keys (A2): a new key's secret is shown once, on the page
+that answers the form, and stored only as its hash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+
+from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
+from quotas.admin import bucket_inline
+from tenants.keys import key_generate, key_hash, key_prefix
+from tenants.models import ApiKey, App, Partner, Team, Tenant
+
+
+@admin.register(Partner)
+class PartnerAdmin(ConfigModelAdmin):
+    list_display = ["name", "tenant_count", "created_at"]
+    search_fields = ["name"]
+    readonly_fields = ["created_at"]
+    inlines = [bucket_inline("partner")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Partner]:
+        return super().get_queryset(request).annotate(tenant_count=Count("tenants"))
+
+    @admin.display(description="tenants", ordering="tenant_count")
+    def tenant_count(self, partner: Any) -> int:
+        return int(partner.tenant_count)
+
+
+class TeamInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Team
+    extra = 0
+    fields = ["name"]
+    show_change_link = True
+
+
+@admin.register(Tenant)
+class TenantAdmin(ConfigModelAdmin):
+    list_display = ["name", "partner", "weight", "default_sort", "is_active", "team_count"]
+    list_filter = ["is_active", "default_sort", ("partner", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["name"]
+    autocomplete_fields = ["partner"]
+    list_select_related = ["partner"]
+    readonly_fields = ["created_at"]
+    inlines = [TeamInline, bucket_inline("tenant")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
+        return super().get_queryset(request).annotate(team_count=Count("teams"))
+
+    @admin.display(description="teams", ordering="team_count")
+    def team_count(self, tenant: Any) -> int:
+        return int(tenant.team_count)
+
+
+class AppInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = App
+    extra = 0
+    fields = ["name", "environment", "default_workload"]
+    autocomplete_fields = ["default_workload"]
+    show_change_link = True
+
+
+@admin.register(Team)
+class TeamAdmin(ConfigModelAdmin):
+    list_display = ["name", "tenant", "app_count"]
+    list_filter = [("tenant", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["name", "tenant__name"]
+    autocomplete_fields = ["tenant"]
+    list_select_related = ["tenant"]
+    inlines = [AppInline, bucket_inline("team")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
+        return super().get_queryset(request).annotate(app_count=Count("apps"))
+
+    @admin.display(description="apps", ordering="app_count")
+    def app_count(self, team: Any) -> int:
+        return int(team.app_count)
+
+
+class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
+    """The app's keys, read-only: a key is added on its own page, where its secret is shown."""
+
+    model = ApiKey
+    extra = 0
+    fields = ["name", "prefix", "created_at", "expires_at", "revoked_at"]
+    readonly_fields = fields
+    show_change_link = True
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(App)
+class AppAdmin(ConfigModelAdmin):
+    list_display = ["name", "team", "tenant", "environment", "default_workload", "key_count"]
+    list_filter = [
+        "environment",
+        "default_workload",
+        ("team__tenant", admin.RelatedOnlyFieldListFilter),
+    ]
+    search_fields = ["name", "team__name", "team__tenant__name"]
+    autocomplete_fields = ["team", "default_workload"]
+    list_select_related = ["team__tenant", "default_workload"]
+    inlines = [ApiKeyInline, bucket_inline("app")]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[App]:
+        return super().get_queryset(request).annotate(key_count=Count("keys"))
+
+    @admin.display(description="tenant", ordering="team__tenant__name")
+    def tenant(self, app: App) -> Tenant:
+        return app.team.tenant
+
+    @admin.display(description="keys", ordering="key_count")
+    def key_count(self, app: Any) -> int:
+        return int(app.key_count)
+
+
+class ApiKeyStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
+        now = timezone.now()
+        live = Q(revoked_at__isnull=True)
+        if self.value() == "active":
+            return queryset.filter(live & (Q(expires_at__isnull=True) | Q(expires_at__gt=now)))
+        if self.value() == "expired":
+            return queryset.filter(live & Q(expires_at__lte=now))
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ConfigModelAdmin):
+    list_display = [
+        "prefix",
+        "name",
+        "app",
+        "tenant",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "status",
+    ]
+    list_filter = [
+        ApiKeyStatusFilter,
+        "app__environment",
+        ("app__team__tenant", admin.RelatedOnlyFieldListFilter),
+    ]
+    search_fields = ["prefix", "name", "app__name", "app__team__name", "app__team__tenant__name"]
+    autocomplete_fields = ["app"]
+    list_select_related = ["app__team__tenant"]
+    actions = ["revoke_keys"]
+    inlines = [bucket_inline("api_key")]
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        editable = ["app", "name", "allowed_models", "expires_at"]
+        if obj is None:
+            return editable
+        return ["prefix", *editable, "created_at", "revoked_at", "status"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return []
+        # Moving a key to another app would move it to another tenant: add a new key instead.
+        return ["prefix", "app", "created_at", "revoked_at", "status"]
+
+    @admin.display(description="tenant", ordering="app__team__tenant__name")
+    def tenant(self, key: ApiKey) -> Tenant:
+        return key.tenant
+
+    @admin.display(description="status")
+    def status(self, key: ApiKey) -> str:
+        if key.revoked_at is not None:
+            return "revoked"
+        return "active" if key.is_usable(timezone.now()) else "expired"
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if not change:
+            secret = key_generate()
+            obj.secret_hash, obj.prefix = key_hash(secret), key_prefix(secret)
+            obj._secret_shown_once = secret  # type: ignore[attr-defined]  # for response_add only
+        super().save_model(request, obj, form, change)
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """The answer to the add form is the only page that ever shows the secret."""
+        secret = getattr(obj, "_secret_shown_once", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        opts = self.opts
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": opts,
+            "title": "API key created",
+            "key": obj,
+            "secret": secret,
+            "change_url": reverse("admin:tenants_apikey_change", args=[obj.pk]),
+            "add_url": reverse("admin:tenants_apikey_add"),
+            "changelist_url": reverse("admin:tenants_apikey_changelist"),
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/secret_once.html", context)
+        add_never_cache_headers(response)
+        return response
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        live = list(queryset.filter(revoked_at__isnull=True))
+        ApiKey.objects.filter(pk__in=[key.pk for key in live]).update(revoked_at=timezone.now())
+        for key in live:
+            self.log_change(request, key, "Revoked.")
+        config_changed()
+        self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
