@@ -35,7 +35,16 @@ from gateway.errors import (
     error_response,
 )
 from gateway.providers import adapter_for
-from gateway.providers.base import Classified, Outcome, SSEParser, StreamError, Usage
+from gateway.providers.base import (
+    Adapter,
+    Classified,
+    Outcome,
+    RequestNotSupported,
+    SSEParser,
+    StreamError,
+    UpstreamRequest,
+    Usage,
+)
 from gateway.snapshot import Snapshot, holder
 from gateway.upstream import client_for
 from gateway.validation import chat_request_parse
@@ -137,13 +146,7 @@ def _endpoint(model: ModelEntry) -> EndpointEntry:
 async def _dispatch(call: Call, body: dict[str, Any]) -> HttpResponse:
     endpoint = _require(call.endpoint)
     adapter = adapter_for(endpoint.provider.protocol)
-    wire = adapter.build_request(
-        body,
-        upstream_model=endpoint.upstream_model,
-        api_key=endpoint.provider.api_key,
-        stream=False,
-        max_output=endpoint.max_output,
-    )
+    wire = _wire_request(adapter, endpoint, body, stream=False)
     client = client_for(endpoint.provider.base_url)
     try:
         response = await client.post(
@@ -162,18 +165,21 @@ async def _dispatch(call: Call, body: dict[str, Any]) -> HttpResponse:
         raise _upstream_failure(endpoint, classified, response)
     try:
         completion = adapter.parse_completion(
-            response.json(), response_id=call.id, model=_require(call.model).slug
+            response.json(),
+            response_id=call.id,
+            model=_require(call.model).slug,
+            created=int(call.created),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, StreamError):
         raise UpstreamError(
             f"The provider '{endpoint.provider.name}' sent an invalid answer."
         ) from None
     call.ttft = time.monotonic() - call.started
+    usage = completion.usage or Usage()
     result = completion.body
     result["provider"] = endpoint.provider.name
-    result["created"] = int(call.created)
-    result.setdefault("usage", {})["cost"] = _cost(endpoint, completion.usage)
-    _ledger(call, status=200, usage=completion.usage, finish_reason=completion.finish_reason)
+    result.setdefault("usage", usage.as_openai())["cost"] = _cost(endpoint, usage)
+    _ledger(call, status=200, usage=usage, finish_reason=completion.finish_reason)
     return _json(result, headers=_served_headers(call))
 
 
@@ -182,13 +188,7 @@ async def _dispatch_stream(
 ) -> HttpResponse | StreamingHttpResponse:
     endpoint = _require(call.endpoint)
     adapter = adapter_for(endpoint.provider.protocol)
-    wire = adapter.build_request(
-        body,
-        upstream_model=endpoint.upstream_model,
-        api_key=endpoint.provider.api_key,
-        stream=True,
-        max_output=endpoint.max_output,
-    )
+    wire = _wire_request(adapter, endpoint, body, stream=True)
     client = client_for(endpoint.provider.base_url)
     upstream_request = client.build_request(
         "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
@@ -272,6 +272,24 @@ async def _dispatch_stream(
     for name, value in _served_headers(call).items():
         streaming[name] = value
     return streaming
+
+
+def _wire_request(
+    adapter: Adapter, endpoint: EndpointEntry, body: dict[str, Any], *, stream: bool
+) -> UpstreamRequest:
+    try:
+        return adapter.build_request(
+            body,
+            upstream_model=endpoint.upstream_model,
+            api_key=endpoint.provider.api_key,
+            stream=stream,
+            max_output=endpoint.max_output,
+        )
+    except RequestNotSupported as exc:
+        raise InvalidRequest(
+            f"The provider of this model cannot take this request: {exc}",
+            code="unsupported_by_provider",
+        ) from None
 
 
 def _upstream_failure(
