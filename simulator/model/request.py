@@ -1,0 +1,36 @@
+"""A completion request in protocol-neutral form, as the behaviour model sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, description and JSON schema of the arguments."""
+
+    name: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What :meth:`ProviderBehaviour.admit` needs to know about one request.
+
+    ``input_tokens`` is the prompt size in the simulator's native tokens (see
+    :func:`simulator.model.tokenizer.count_prompt_tokens`); a discrete-event simulation may pass
+    any number. ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"`` or a tool name.
+    ``cache_control`` says the request asked for prompt caching (Anthropic ``cache_control``);
+    it only decides whether a cache miss reports ``cache_creation_input_tokens``.
+    """
+
+    model: str
+    input_tokens: int
+    max_tokens: int | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"
+    stop_sequences: tuple[str, ...] = ()
+    cache_control: bool = False

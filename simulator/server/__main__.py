@@ -1,0 +1,3 @@
+from simulator.server.process import main
+
+main()

@@ -1,0 +1,265 @@
+"""One provider on one port: routes HTTP exchanges to the behaviour model and the wire protocol.
+
+Time: the behaviour model runs on ``clock()`` (epoch seconds). ``latency_scale`` multiplies the
+planned TTFT and streaming time only (0: answer at once); limits, Retry-After and incidents stay
+in real seconds, because clients act on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from simulator.model import MarketError, Plan, ProviderBehaviour, Rejection
+from simulator.model._reader import Node
+from simulator.model.market import parse_incident
+from simulator.server.anthropic_wire import AnthropicWire
+from simulator.server.common import (
+    BadRequest,
+    Content,
+    Headers,
+    Parsed,
+    Response,
+    WireStream,
+    make_content,
+)
+from simulator.server.http import Exchange
+from simulator.server.openai_wire import OpenAIWire
+
+TOKENS_PER_EVENT = 3  # tokens per SSE delta event: real providers send 1–4
+MIN_WRITE_INTERVAL = 0.02  # seconds between stream writes: high tps must not mean one write a token
+
+
+@dataclass
+class _Progress:
+    """How far a paced stream got: what ``finish`` needs if the stream is cut off."""
+
+    sent: int = 0
+    finished: bool = False
+
+
+class ProviderApp:
+    """The request handler of one provider port (see :class:`simulator.server.http.Connection`)."""
+
+    def __init__(
+        self,
+        behaviour: ProviderBehaviour,
+        wire_rng: random.Random,
+        *,
+        latency_scale: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.behaviour = behaviour
+        self.spec = behaviour.spec
+        self.wire: OpenAIWire | AnthropicWire = (
+            OpenAIWire(self.spec, wire_rng)
+            if self.spec.protocol == "openai"
+            else AnthropicWire(self.spec, wire_rng)
+        )
+        self.wire_rng = wire_rng
+        self.latency_scale = latency_scale
+        self.clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, exchange: Exchange) -> None:
+        request = exchange.request
+        method, path = request.method, request.path
+        if path == self.wire.completion_path:
+            if method != "POST":
+                return self._send(exchange, self._method_not_allowed())
+            return self._completion(exchange)
+        if path == "/v1/models" and method == "GET":
+            return exchange.respond(200, self.wire.request_headers(0.0), self.wire.models())
+        if path.startswith("/v1/models/") and method == "GET":
+            return self._send(exchange, self.wire.model(path.removeprefix("/v1/models/")))
+        if path == "/_stats" and method == "GET":
+            return exchange.respond(200, [], orjson.dumps(self.stats()))
+        if path == "/_reset" and method == "POST":
+            self.behaviour.reset_counters()
+            return exchange.respond(200, [], b'{"reset": true}')
+        if path == "/_incident" and method == "POST":
+            return self._incident(exchange)
+        if path == "/_health" and method == "GET":
+            return exchange.respond(200, [], b'{"ok": true}')
+        self._send(exchange, self.wire.not_found(path))
+
+    def cancel_streams(self) -> None:
+        """Stop every paced stream (shutdown): each counts as a disconnect and frees its slot."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    def stats(self) -> dict[str, Any]:
+        now = self.clock()
+        behaviour = self.behaviour
+        return {
+            "provider": self.spec.name,
+            "protocol": self.spec.protocol,
+            "uptime_s": round(now - behaviour.started_at, 3),
+            **behaviour.stats(),
+            "limits": {
+                d.dimension: {"limit": d.limit, "remaining": d.remaining, "reset_s": d.reset_s}
+                for d in behaviour.limit_status(now).dimensions
+            },
+            "incidents": [
+                {
+                    "model": s.incident.model,
+                    "started_s_ago": round(now - s.starts_at, 3),
+                    "ends_in_s": round(s.ends_at - now, 3),
+                }
+                for s in behaviour.active_incidents(now)
+            ],
+        }
+
+    # -- completions -------------------------------------------------------------------------
+
+    def _completion(self, exchange: Exchange) -> None:
+        now = self.clock()
+        wire, request, counters = self.wire, exchange.request, self.behaviour.counters
+        refused = wire.authenticate(request.headers)
+        if refused is not None:
+            counters.record_refused(refused.status, None)
+            return self._send(exchange, refused)
+        try:
+            parsed = wire.parse(request.headers, request.body)
+        except BadRequest as error:
+            counters.record_refused(error.status, None)
+            return self._send(exchange, wire.bad_request(error))
+        outcome = self.behaviour.admit(now, parsed.request)
+        if isinstance(outcome, Rejection):
+            return self._send(exchange, wire.rejection(outcome, parsed.request.model, now))
+        plan = outcome
+        headers = wire.limit_headers(plan.limits, now)
+        if plan.fails_at_once:
+            assert plan.failure is not None
+            self.behaviour.finish(now, plan, 0)
+            return self._send(exchange, wire.failure(plan.failure.status, headers))
+        content = make_content(plan, self.wire_rng, wire.tool_id_prefix)
+        if parsed.stream:
+            self._stream(exchange, plan, content, parsed, headers, now)
+        else:
+            self._answer_later(exchange, plan, content, headers, now)
+
+    def _answer_later(
+        self, exchange: Exchange, plan: Plan, content: Content, headers: Headers, now: float
+    ) -> None:
+        delay = plan.duration_s * self.latency_scale
+        if delay <= 0:
+            return self._answer(exchange, plan, content, headers)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(delay, self._answer, exchange, plan, content, headers)
+
+        def hung_up() -> None:
+            timer.cancel()
+            elapsed = (self.clock() - now) / self.latency_scale
+            self.behaviour.finish(
+                self.clock(), plan, plan.tokens_sent_by(elapsed), disconnected=True
+            )
+
+        exchange.on_disconnect = hung_up
+
+    def _answer(self, exchange: Exchange, plan: Plan, content: Content, headers: Headers) -> None:
+        now = self.clock()
+        self.behaviour.finish(now, plan, plan.tokens_to_send)
+        if plan.failure is not None:
+            return self._send(exchange, self.wire.failure(plan.failure.status, headers))
+        headers = headers + self.wire.request_headers(now - plan.admitted_at)
+        exchange.respond(200, headers, self.wire.completion(plan, content, now))
+
+    def _stream(
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        content: Content,
+        parsed: Parsed,
+        headers: Headers,
+        now: float,
+    ) -> None:
+        stream = self.wire.stream(plan, content, parsed, now)
+        exchange.start_stream(200, headers + self.wire.request_headers(0.0))
+        if self.latency_scale <= 0:  # nothing to wait for: one write, no task
+            sent = plan.tokens_to_send
+            body = stream.head() + stream.first_token() + stream.tokens(0, sent, TOKENS_PER_EVENT)
+            self.behaviour.finish(now, plan, sent)
+            return exchange.end_stream(body + self._stream_end(plan, stream))
+        progress = _Progress()
+        task = asyncio.get_running_loop().create_task(self._pace(exchange, plan, stream, progress))
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if not progress.finished:  # cancelled (client gone, shutdown), even before it ran
+                progress.finished = True
+                self.behaviour.finish(self.clock(), plan, progress.sent, disconnected=True)
+
+        task.add_done_callback(done)
+
+        def hung_up() -> None:
+            task.cancel()
+
+        exchange.on_disconnect = hung_up
+
+    async def _pace(
+        self, exchange: Exchange, plan: Plan, stream: WireStream, progress: _Progress
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        exchange.write(stream.head())
+        await asyncio.sleep(plan.ttft_s * self.latency_scale)
+        exchange.write(stream.first_token())
+        started, total = loop.time(), plan.tokens_to_send
+        rate = plan.tokens_per_s / self.latency_scale
+        while progress.sent < total:
+            due = min(total, 1 + int((loop.time() - started) * rate))
+            if due > progress.sent:
+                exchange.write(stream.tokens(progress.sent, due, TOKENS_PER_EVENT))
+                progress.sent = due
+                await exchange.drain()
+            if progress.sent < total:
+                next_due = started + progress.sent / rate
+                await asyncio.sleep(max(MIN_WRITE_INTERVAL, next_due - loop.time()))
+        progress.finished = True
+        self.behaviour.finish(self.clock(), plan, progress.sent)
+        exchange.end_stream(self._stream_end(plan, stream))
+
+    def _stream_end(self, plan: Plan, stream: WireStream) -> bytes:
+        if plan.failure is not None:
+            return self.wire.failure_event(plan.failure.status)
+        return stream.tail()
+
+    # -- control endpoints -------------------------------------------------------------------
+
+    def _incident(self, exchange: Exchange) -> None:
+        now = self.clock()
+        try:
+            data = orjson.loads(exchange.request.body or b"{}")
+            incident = parse_incident(Node(data, "incident"), self.spec.models)
+        except orjson.JSONDecodeError:
+            return exchange.respond(400, [], b'{"error": "the body must be a JSON object"}')
+        except MarketError as error:
+            return exchange.respond(400, [], orjson.dumps({"error": str(error)}))
+        scheduled = self.behaviour.start_incident(now, incident)
+        body = {
+            "model": incident.model,
+            "starts_at": scheduled.starts_at,
+            "ends_at": scheduled.ends_at,
+            "overrides": {
+                key: value
+                for key, value in vars(incident).items()
+                if key not in ("at", "duration", "model") and value is not None
+            },
+        }
+        exchange.respond(200, [], orjson.dumps(body, default=vars))
+
+    def _method_not_allowed(self) -> Response:
+        if isinstance(self.wire, OpenAIWire):
+            return self.wire.error(405, "invalid_request_error", "Method not allowed")
+        return self.wire.error(405, "Method not allowed")
+
+    def _send(self, exchange: Exchange, response: Response) -> None:
+        headers = response.headers + self.wire.request_headers(0.0, response.request_id)
+        exchange.respond(response.status, headers, response.body)
