@@ -1,4 +1,5 @@
-"""Admin for the usage ledger: read-only, one row per logical request."""
+"""Admin for the usage ledger: read-only, one row per logical request; a tenant member (A4) sees
+their own tenant's rows only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.http import HttpRequest
 
 from gateway.models import Generation
 from tenants.models import Tenant
+from tenants.scoping import Access, TenantScopedAdmin, tenant_choices
 
 
 class TenantFilter(admin.SimpleListFilter):
@@ -19,7 +21,8 @@ class TenantFilter(admin.SimpleListFilter):
     parameter_name = "tenant"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(str(pk), name) for pk, name in Tenant.objects.values_list("pk", "name")]
+        tenants = tenant_choices(model_admin.admin_site, request, Tenant)
+        return [(str(pk), name) for pk, name in tenants.values_list("pk", "name")]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[Generation]
@@ -29,7 +32,7 @@ class TenantFilter(admin.SimpleListFilter):
 
 
 @admin.register(Generation)
-class GenerationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class GenerationAdmin(TenantScopedAdmin):
     list_display = [
         "created_at",
         "tenant",
@@ -47,6 +50,8 @@ class GenerationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     date_hierarchy = "created_at"
     # The ledger grows fast: skip the unfiltered COUNT(*) on every page.
     show_full_result_count = False
+    tenant_lookup = "tenant_id"
+    tenant_access = Access.VIEW
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Generation]:
         names = Tenant.objects.filter(pk=OuterRef("tenant_id")).values("name")[:1]

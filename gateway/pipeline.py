@@ -152,14 +152,8 @@ async def _dispatch(call: Call, body: dict[str, Any]) -> HttpResponse:
         response = await client.post(
             wire.path, content=orjson.dumps(wire.json), headers=wire.headers
         )
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(
-            f"The provider '{endpoint.provider.name}' did not answer in time."
-        ) from None
-    except httpx.TransportError:
-        raise UpstreamUnavailable(
-            f"Could not reach the provider '{endpoint.provider.name}'."
-        ) from None
+    except httpx.TransportError as exc:
+        raise _transport_failure(endpoint, exc) from None
     if response.status_code >= 400:
         classified = adapter.classify(response.status_code, response.headers, response.content)
         raise _upstream_failure(endpoint, classified, response)
@@ -195,14 +189,8 @@ async def _dispatch_stream(
     )
     try:
         response = await client.send(upstream_request, stream=True)
-    except httpx.TimeoutException:
-        raise UpstreamTimeout(
-            f"The provider '{endpoint.provider.name}' did not answer in time."
-        ) from None
-    except httpx.TransportError:
-        raise UpstreamUnavailable(
-            f"Could not reach the provider '{endpoint.provider.name}'."
-        ) from None
+    except httpx.TransportError as exc:
+        raise _transport_failure(endpoint, exc) from None
     if response.status_code >= 400:
         try:
             content = await response.aread()
@@ -290,6 +278,14 @@ def _wire_request(
             f"The provider of this model cannot take this request: {exc}",
             code="unsupported_by_provider",
         ) from None
+
+
+def _transport_failure(endpoint: EndpointEntry, exc: httpx.TransportError) -> GatewayError:
+    # A connect timeout is "could not reach" (502), like a refused connection; 504 is for a
+    # provider that took the request and then went quiet.
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamTimeout(f"The provider '{endpoint.provider.name}' did not answer in time.")
+    return UpstreamUnavailable(f"Could not reach the provider '{endpoint.provider.name}'.")
 
 
 def _upstream_failure(

@@ -1,11 +1,13 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-from gateway import views
+from gateway import api, views
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
     path("v1/models", views.models_list, name="models-list"),
+    path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
+    path("ops/", include("ops.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -84,24 +84,32 @@ class ContentPartSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
+class MessageContentField(serializers.Field):  # type: ignore[type-arg]
+    """A message's content: a string, a list of parts, or null (assistant tool calls)."""
+
+    default_error_messages = {"invalid": "must be a string or a list of parts."}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, list):
+            parts = ContentPartSerializer(data=data, many=True)
+            if not parts.is_valid():
+                raise serializers.ValidationError(parts.errors)
+        elif not isinstance(data, str):
+            self.fail("invalid")
+        return data
+
+
 class MessageSerializer(serializers.Serializer[dict[str, Any]]):
     role = serializers.ChoiceField(choices=ROLES)
+    content = MessageContentField(required=False, allow_null=True)
     name = StrictCharField(required=False)
     tool_calls = ToolCallSerializer(many=True, required=False, allow_empty=False)
     tool_call_id = StrictCharField(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        content = self.initial_data.get("content") if isinstance(self.initial_data, dict) else None
         role = attrs["role"]
-        if isinstance(content, list):
-            parts = ContentPartSerializer(data=content, many=True)
-            if not parts.is_valid():
-                raise serializers.ValidationError({"content": parts.errors})
-        elif content is None:
-            if not (role == "assistant" and attrs.get("tool_calls")):
-                raise serializers.ValidationError({"content": "this field is required."})
-        elif not isinstance(content, str):
-            raise serializers.ValidationError({"content": "must be a string or a list of parts."})
+        if attrs.get("content") is None and not (role == "assistant" and attrs.get("tool_calls")):
+            raise serializers.ValidationError({"content": "this field is required."})
         if role == "tool" and "tool_call_id" not in attrs:
             raise serializers.ValidationError({"tool_call_id": "a tool message needs one."})
         if "tool_calls" in attrs and role != "assistant":
@@ -183,7 +191,9 @@ def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
     """The first error of a DRF error tree as (``messages[2].content``, message)."""
     if isinstance(errors, dict):
         name, value = next(iter(errors.items()))
-        if name != "non_field_errors":
+        if isinstance(name, int):  # DRF keys a list's errors by item index
+            path = f"{path}[{name}]"
+        elif name != "non_field_errors":
             path = f"{path}.{name}" if path else name
         return _first_error(value, path)
     if isinstance(errors, list):

@@ -56,7 +56,7 @@ def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) 
 
 @dataclass
 class Stack:
-    database_url: str  # a server URL; the stack creates its own database on it
+    database_url: str  # any database URL of a server; the stack creates a database of its own
     redis_url: str
     market: Path = REFERENCE_MARKET
     config: Path = REFERENCE_CONFIG
@@ -75,6 +75,7 @@ class Stack:
     def __post_init__(self) -> None:
         self.name = f"systack_{uuid.uuid4().hex[:10]}"
         self.stack_database_url = _with_database(self.database_url, self.name)
+        self.maintenance_url = _with_database(self.database_url, "postgres")
 
     @property
     def base_url(self) -> str:
@@ -174,7 +175,7 @@ class Stack:
         return path
 
     def _create_database(self) -> None:
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
+        with psycopg.connect(self.maintenance_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
 
     def _start_gateway(self) -> None:
@@ -246,7 +247,7 @@ class Stack:
                 process.wait()
         self.processes.clear()
         try:
-            with psycopg.connect(self.database_url, autocommit=True) as conn:
+            with psycopg.connect(self.maintenance_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         except psycopg.Error:
             pass

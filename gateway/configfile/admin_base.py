@@ -1,17 +1,18 @@
 """The admin is the other way to change the configuration: every save or delete made there
-tells the gateway processes to reload, exactly as ``loadconfig`` does."""
+tells the gateway processes to reload, exactly as ``loadconfig`` does. Every config admin is
+also tenant-scoped (SPEC A4, ``tenants/scoping.py``): closed to tenant members unless it opts in."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
 from django.db import models, transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
 from gateway.redis import config_version_bump
+from tenants.scoping import TenantScopedAdmin
 
 
 def config_changed() -> None:
@@ -20,7 +21,7 @@ def config_changed() -> None:
     transaction.on_commit(config_version_bump, robust=True)
 
 
-class ConfigModelAdmin(admin.ModelAdmin):
+class ConfigModelAdmin(TenantScopedAdmin):
     """Base of every configuration model's admin: saves and deletes bump the config version.
 
     ``save_related`` runs after ``save_model`` in the change form and in list editing, and

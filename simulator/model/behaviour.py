@@ -254,7 +254,9 @@ class ProviderBehaviour:
             for tool in request.tools:
                 if tool.name == request.tool_choice:
                     return tool
-        if request.tool_choice == "auto" and self.rng.random() >= spec.tool_call_rate:
+        if request.tool_choice == "auto" and (
+            request.follows_tool_result or self.rng.random() >= spec.tool_call_rate
+        ):
             return None
         return self.rng.choice(request.tools)
 

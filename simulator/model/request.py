@@ -25,6 +25,8 @@ class CompletionRequest:
     any number. ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"`` or a tool name.
     ``cache_control`` says the request asked for prompt caching (Anthropic ``cache_control``);
     it only decides whether a cache miss reports ``cache_creation_input_tokens``.
+    ``follows_tool_result`` says the last message is a tool's result: under ``"auto"`` the
+    simulated model then answers in text, as real models mostly do, so a tool round trip ends.
     """
 
     model: str
@@ -34,3 +36,4 @@ class CompletionRequest:
     tool_choice: str = "auto"
     stop_sequences: tuple[str, ...] = ()
     cache_control: bool = False
+    follows_tool_result: bool = False

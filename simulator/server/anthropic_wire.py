@@ -104,6 +104,7 @@ class AnthropicWire:
             tool_choice=_tool_choice(data.get("tool_choice"), tools),
             stop_sequences=stop_list(data.get("stop_sequences"), "stop_sequences"),
             cache_control=b'"cache_control"' in body,
+            follows_tool_result=_has_tool_result(messages[-1]),
         )
         return Parsed(request, stream=bool(data.get("stream")))
 
@@ -354,6 +355,13 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
         description = str(tool.get("description") or "")
         tools.append(ToolSpec(name=tool["name"], parameters=schema, description=description))
     return tuple(tools)
+
+
+def _has_tool_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
 
 
 def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> str:

@@ -88,6 +88,8 @@ class OpenAIWire:
             tools=tools,
             tool_choice=_tool_choice(data.get("tool_choice"), tools),
             stop_sequences=stop_list(data.get("stop"), "stop"),
+            follows_tool_result=isinstance(messages[-1], dict)
+            and messages[-1].get("role") == "tool",
         )
         return Parsed(request, stream=bool(data.get("stream")), include_usage=include_usage)
 

@@ -39,27 +39,36 @@ def test_it_writes_one_ledger_row_per_request_through_celery(stack):
 
 def test_it_cancels_the_upstream_call_when_the_client_disconnects(stack):
     stats = f"{stack.sim_url('alpha')}/_stats"
+    # Slow alpha's chat-large down for a moment so the stream is surely still running.
+    slow = {"model": "chat-large", "for": "1s", "tokens_per_s": {"median": 2, "p05": 1}}
+    assert httpx.post(f"{stack.sim_url('alpha')}/_incident", json=slow).status_code == 200
     payload = {
         "model": "acme/chat-large",
         "messages": [{"role": "user", "content": "write a long story"}],
         "max_tokens": 4000,
         "stream": True,
     }
-    with httpx.Client(timeout=30) as client, client.stream(
-        "POST",
-        f"{stack.base_url}/v1/chat/completions",
-        headers={"Authorization": f"Bearer {KEY}"},
-        json=payload,
-    ) as response:
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST",
+            f"{stack.base_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json=payload,
+        ) as response,
+    ):
         assert response.status_code == 200
-        first = next(response.iter_lines())
-        assert first.startswith("data: ")
+        lines = response.iter_lines()  # kept: dropping the iterator closes the stream
+        assert next(lines).startswith("data: ")
         assert httpx.get(stats).json()["concurrency"] >= 1
         # Leaving the block closes the connection mid-stream.
     wait_until(
         lambda: httpx.get(stats).json()["concurrency"] == 0,
         timeout=5,
         what="the simulator to see the upstream call cancelled",
+    )
+    wait_until(
+        lambda: not httpx.get(stats).json()["incidents"], timeout=5, what="the slow-down to end"
     )
 
     def cancelled_rows():
