@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.stack import Stack  # noqa: E402
+import yaml  # noqa: E402
+
+from tests.stack import REFERENCE_MARKET, Stack  # noqa: E402
 
 KEY = "sk-sy-test-acme-web-0001"
 CONNECTIONS = (1, 16, 64)
@@ -41,9 +43,19 @@ def wrk(url: str, body: dict, key: str, connections: int, seconds: int) -> dict[
         script.write(WRK_SCRIPT.format(body=json.dumps(body), key=key))
     threads = 1 if connections == 1 else 2
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
-         "-s", script.name, url],
-        capture_output=True, text=True, check=True,
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            script.name,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     os.unlink(script.name)
     return {
@@ -69,6 +81,29 @@ def _errors(out: str) -> int:
     return errors
 
 
+def _unlimited_market() -> Path:
+    """The reference market without enforced limits: this measures overhead, not 429s."""
+    market = yaml.safe_load(REFERENCE_MARKET.read_text())
+    for provider in market["providers"]:
+        provider.pop("limits", None)
+        provider.pop("incidents", None)
+        for model in provider["models"].values():
+            model.update(error_rate=0.0, overload_rate=0.0)
+    path = Path(tempfile.mkdtemp(prefix="sy-bench-")) / "market.yaml"
+    path.write_text(yaml.safe_dump(market, sort_keys=False))
+    return path
+
+
+def _without_limits(config: dict) -> None:
+    for section in ("providers", "partners", "tenants"):
+        for owner in config.get(section, []):
+            owner.pop("limits", None)
+    for tenant in config.get("tenants", []):
+        for team in tenant.get("teams", []):
+            for app in team.get("apps", []):
+                app.pop("limits", None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=8)
@@ -76,24 +111,41 @@ def main() -> None:
     stack = Stack(
         database_url=os.environ["DATABASE_URL"],
         redis_url=os.environ["REDIS_URL"],
+        market=_unlimited_market(),
         latency_scale=0.0,
         gateway_workers=2,
         celery=False,
+        config_edit=_without_limits,
     ).start()
     rows = []
     try:
         targets = {
-            "simulator alone": (f"{stack.sim_url('alpha')}/v1/chat/completions", "chat-small", "sim-key"),
-            "through the gateway": (f"{stack.base_url}/v1/chat/completions", "acme/chat-small", KEY),
+            "simulator alone": (
+                f"{stack.sim_url('alpha')}/v1/chat/completions",
+                "chat-small",
+                "sim-key",
+            ),
+            "through the gateway": (
+                f"{stack.base_url}/v1/chat/completions",
+                "acme/chat-small",
+                KEY,
+            ),
         }
         for stream in (False, True):
             for connections in CONNECTIONS:
                 for target, (url, model, key) in targets.items():
-                    body = {"model": model, "messages": MESSAGES, "max_tokens": 16, "stream": stream}
+                    body = {
+                        "model": model,
+                        "messages": MESSAGES,
+                        "max_tokens": 16,
+                        "stream": stream,
+                    }
                     if stream:
                         body["stream_options"] = {"include_usage": True}
                     result = wrk(url, body, key, connections, args.seconds)
-                    rows.append({"target": target, "stream": stream, "connections": connections, **result})
+                    rows.append(
+                        {"target": target, "stream": stream, "connections": connections, **result}
+                    )
                     print(rows[-1], flush=True)
     finally:
         stack.stop()
@@ -120,7 +172,11 @@ def _report(rows: list[dict], seconds: int) -> str:
             f"| {mode} | {r['connections']} | {r['target']} | {r['rps']:.0f} | "
             f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |"
         )
-    lines += ["", "Gateway overhead at 1 connection (p50 through the gateway − p50 simulator alone):", ""]
+    lines += [
+        "",
+        "Gateway overhead at 1 connection (p50 through the gateway − p50 simulator alone):",
+        "",
+    ]
     for stream in (False, True):
         pair = {r["target"]: r for r in rows if r["stream"] == stream and r["connections"] == 1}
         added = pair["through the gateway"]["p50_ms"] - pair["simulator alone"]["p50_ms"]
