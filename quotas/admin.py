@@ -1,4 +1,9 @@
-"""Admin for workload classes and buckets; ``bucket_inline`` puts a scope's buckets on its page."""
+"""Admin for workload classes and buckets; ``bucket_inline`` puts a scope's buckets on its page.
+
+Tenant members (SPEC A4) see their tenant's buckets and edit those of their teams, apps and keys;
+the tenant-wide buckets are the platform's limits on the tenant, shown to them read-only, and
+partner, provider and model buckets are not shown at all.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,25 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.db import models
+from django.db.models import Q
+from django.http import HttpRequest
 
 from gateway.configfile.admin_base import ConfigModelAdmin
 from gateway.configfile.durations import duration_format
 from gateway.configfile.names import bucket_qualifier, scope_name
 from quotas.models import Bucket, WorkloadClass
+from tenants.scoping import Access, TenantScopedInline, tenant_member
+
+# Scopes whose buckets a tenant admin may add, change and delete: inside their own tenant, so the
+# tenant-wide buckets above still cap them.
+MEMBER_SCOPES = ("team", "app", "api_key")
+# The path from each tenant-owned scope to its tenant's id.
+TENANT_SCOPE_LOOKUPS = {
+    "tenant": "tenant_id",
+    "team": "team__tenant_id",
+    "app": "app__team__tenant_id",
+    "api_key": "api_key__app__team__tenant_id",
+}
 
 
 @admin.register(WorkloadClass)
@@ -78,11 +97,16 @@ def bucket_default_name(kind: str, owner: models.Model, data: dict[str, Any]) ->
 class BucketForm(forms.ModelForm):  # type: ignore[type-arg]
     """A blank name is filled in from the scope and the limit's shape."""
 
+    # Set for tenant members: a name they give must start with its scope's path. Names are
+    # unique across tenants, so a free name could collide with another tenant's bucket and the
+    # "already exists" error would reveal it.
+    scoped_names = False
+
     name = forms.CharField(
         max_length=200,
         required=False,
         help_text="Public: shown in response headers. Leave blank to derive it, "
-        "e.g. tenant:acme:requests:1m.",
+        "e.g. team:example/search:requests:1m.",
     )
 
     class Meta:
@@ -98,12 +122,21 @@ class BucketForm(forms.ModelForm):  # type: ignore[type-arg]
         kind, owner = self.scope()
         if not data.get("name") and owner is not None:
             data["name"] = bucket_default_name(kind, owner, data)
+        elif self.scoped_names and owner is not None and "name" in self.changed_data:
+            prefix = f"{scope_path(kind, owner)}:"
+            if not data["name"].startswith(prefix):
+                self.add_error("name", f"The name must start with its scope, {prefix}")
         return data
+
+
+def scoped_names_form(form: type[BucketForm]) -> type[BucketForm]:
+    return type(form.__name__, (form,), {"scoped_names": True})
 
 
 @admin.register(Bucket)
 class BucketAdmin(ConfigModelAdmin):
     form = BucketForm
+    tenant_access = Access.EDIT
     list_display = [
         "name",
         "scope_kind",
@@ -137,6 +170,40 @@ class BucketAdmin(ConfigModelAdmin):
     @admin.display(description="scope")
     def scope(self, bucket: Bucket) -> str:
         return str(bucket.scope_object() or "—")
+
+    def tenant_filter(self, tenant_id: int) -> Q:
+        scoped = Q(pk__in=[])
+        for kind, lookup in TENANT_SCOPE_LOOKUPS.items():
+            scoped |= Q(scope_kind=kind, **{lookup: tenant_id})
+        return scoped
+
+    def tenant_editable(self, obj: Bucket) -> bool:
+        return obj.scope_kind in MEMBER_SCOPES
+
+    def get_fieldsets(self, request: HttpRequest, obj: Bucket | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if tenant_member(request.user) is None:
+            return fieldsets
+        shown = [*MEMBER_SCOPES, *([obj.scope_kind] if obj else [])]
+        scope_fields = ["scope_kind", *(f for f in Bucket.SCOPE_FIELDS if f in shown)]
+        return [
+            (name, {**options, "fields": scope_fields}) if name == "Scope" else (name, options)
+            for name, options in fieldsets
+        ]
+
+    def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "scope_kind" and tenant_member(request.user) is not None:
+            kwargs["choices"] = [("", "---------")] + [
+                (value, label) for value, label in db_field.choices if value in MEMBER_SCOPES
+            ]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if tenant_member(request.user) is not None:
+            kwargs["form"] = scoped_names_form(self.form)
+        return super().get_form(request, obj, change, **kwargs)
 
     @admin.display(description="period / window")
     def period(self, bucket: Bucket) -> str:
@@ -174,12 +241,17 @@ class _ScopedBucketForm(BucketForm):
         return kind, getattr(self.instance, kind, None)
 
 
-class BucketInline(admin.TabularInline):  # type: ignore[type-arg]
+class BucketInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
     model = Bucket
     extra = 0
     # A new bucket needs its scope's id to validate: shown once the parent exists.
     needs_saved_parent = True
     fields = SCOPED_FIELDS
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        if tenant_member(request.user) is not None:
+            kwargs["form"] = scoped_names_form(self.form)
+        return super().get_formset(request, obj, **kwargs)
 
 
 def bucket_inline(scope_kind: str) -> type[BucketInline]:
@@ -187,5 +259,14 @@ def bucket_inline(scope_kind: str) -> type[BucketInline]:
     form = type(
         f"{scope_kind.title()}BucketForm", (_ScopedBucketForm,), {"scope_kind_fixed": scope_kind}
     )
-    attrs = {"fk_name": scope_kind, "form": form, "verbose_name_plural": "limits (buckets)"}
+    if scope_kind in MEMBER_SCOPES:
+        access = Access.EDIT
+    else:
+        access = Access.VIEW if scope_kind in TENANT_SCOPE_LOOKUPS else Access.NONE
+    attrs = {
+        "fk_name": scope_kind,
+        "form": form,
+        "verbose_name_plural": "limits (buckets)",
+        "tenant_access": access,
+    }
     return type(f"{scope_kind.title()}BucketInline", (BucketInline,), attrs)

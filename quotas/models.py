@@ -141,3 +141,51 @@ class Bucket(models.Model):
             raise ValidationError("a fixed window needs a window and a timezone")
         if self.rule == self.Rule.ROLLING_WINDOW and not self.duration_seconds:
             raise ValidationError({"duration_seconds": "a rolling window needs a duration"})
+
+
+class Reservation(models.Model):
+    """C8: the ledger record of one reservation (one attempt of a request), off the hot path.
+
+    Redis holds live reservations as leases; this table is the system of record of what was
+    reserved, from which buckets, and how reconciliation settled it.
+    """
+
+    class Outcome(models.TextChoices):
+        RECONCILED = "reconciled"
+        RELEASED = "released", "released unused"
+        EXPIRED = "expired", "lease expired"
+        REFUSED = "refused"
+
+    id = models.CharField(max_length=64, primary_key=True)  # the reservation id
+    request_id = models.CharField(max_length=40, db_index=True)
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_index=True)
+    expires_at = models.DateTimeField(null=True)
+    queue_deadline = models.DateTimeField(null=True)
+    tenant_id = models.BigIntegerField(db_index=True)
+    app_id = models.BigIntegerField(null=True)
+    api_key_id = models.BigIntegerField(null=True)
+    model = models.CharField(max_length=200)
+    provider = models.CharField(max_length=100, blank=True, default="")
+    workload_class = models.CharField(max_length=50, blank=True, default="")
+    estimated_input_tokens = models.PositiveIntegerField(default=0)
+    estimated_output_tokens = models.PositiveIntegerField(default=0)
+    estimated_total_tokens = models.PositiveIntegerField(default=0)
+    estimated_spend = models.DecimalField(max_digits=14, decimal_places=8, default=0)
+    taken = models.JSONField(default=dict, help_text="Amount taken per bucket (public name).")
+    outcome = models.CharField(max_length=12, choices=Outcome.choices)
+    reason_code = models.CharField(max_length=64, blank=True, default="")
+    queue_wait_ms = models.FloatField(default=0)
+    actual_input_tokens = models.PositiveIntegerField(null=True)
+    actual_cached_input_tokens = models.PositiveIntegerField(null=True)
+    actual_output_tokens = models.PositiveIntegerField(null=True)
+    actual_spend = models.DecimalField(max_digits=14, decimal_places=8, null=True)
+    settled = models.JSONField(
+        default=dict, help_text="Per bucket: released (negative) or charged beyond the estimate."
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.id

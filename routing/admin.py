@@ -1,4 +1,8 @@
-"""Admin for the catalogue: providers (credential write-only), models and their endpoints."""
+"""Admin for the catalogue: providers (credential write-only), models and their endpoints.
+
+Tenant members (A4) may read the catalogue — models, endpoints, prices — but never providers
+(accounts and credentials) nor the provider- and model-scoped buckets.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from django.http import HttpRequest
 from gateway.configfile.admin_base import ConfigModelAdmin
 from quotas.admin import bucket_inline
 from routing.models import Endpoint, Model, Provider
+from tenants.scoping import Access, TenantScopedInline
 
 
 class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -37,6 +42,8 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
 
 @admin.register(Provider)
 class ProviderAdmin(ConfigModelAdmin):
+    # Explicit: a Count annotation drops Meta.ordering, and autocomplete pages need an order.
+    ordering = ["name"]
     form = ProviderForm
     fields = [
         "name",
@@ -79,9 +86,10 @@ class ProviderAdmin(ConfigModelAdmin):
         super().save_model(request, obj, form, change)
 
 
-class EndpointInline(admin.TabularInline):  # type: ignore[type-arg]
+class EndpointInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
     model = Endpoint
     extra = 0
+    tenant_access = Access.VIEW
     fields = [
         "position",
         "provider",
@@ -100,6 +108,7 @@ class EndpointInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Model)
 class RouteModelAdmin(ConfigModelAdmin):
+    ordering = ["slug"]
     list_display = [
         "slug",
         "default_output_tokens",
@@ -113,6 +122,8 @@ class RouteModelAdmin(ConfigModelAdmin):
     autocomplete_fields = ["fallback_model"]
     list_select_related = ["fallback_model"]
     inlines = [EndpointInline, bucket_inline("model")]
+    catalogue = True
+    tenant_access = Access.VIEW
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
@@ -140,3 +151,5 @@ class EndpointAdmin(ConfigModelAdmin):
     search_fields = ["model__slug", "provider__name", "upstream_model"]
     autocomplete_fields = ["model", "provider"]
     list_select_related = ["model", "provider"]
+    catalogue = True
+    tenant_access = Access.VIEW

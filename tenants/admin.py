@@ -1,5 +1,9 @@
 """Admin for the hierarchy (A1) and API keys (A2): a new key's secret is shown once, on the page
-that answers the form, and stored only as its hash."""
+that answers the form, and stored only as its hash.
+
+Tenant members (A4, ``tenants/scoping.py``) see their own tenant, and edit its teams, apps and
+keys; partners and memberships are platform-only.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,19 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 
 from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
 from quotas.admin import bucket_inline
 from tenants.keys import key_generate, key_hash, key_prefix
-from tenants.models import ApiKey, App, Partner, Team, Tenant
+from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
+from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline
 
 
 @admin.register(Partner)
 class PartnerAdmin(ConfigModelAdmin):
+    # Explicit: a Count annotation drops Meta.ordering, and autocomplete pages need an order.
+    ordering = ["name"]
     list_display = ["name", "tenant_count", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
@@ -34,22 +42,39 @@ class PartnerAdmin(ConfigModelAdmin):
         return int(partner.tenant_count)
 
 
-class TeamInline(admin.TabularInline):  # type: ignore[type-arg]
+class TeamInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
     model = Team
     extra = 0
     fields = ["name"]
     show_change_link = True
+    tenant_access = Access.EDIT
 
 
 @admin.register(Tenant)
 class TenantAdmin(ConfigModelAdmin):
-    list_display = ["name", "partner", "weight", "default_sort", "is_active", "team_count"]
+    ordering = ["name"]
+    list_display = [
+        "name",
+        "partner",
+        "weight",
+        "default_sort",
+        "is_active",
+        "team_count",
+        "activity",
+    ]
     list_filter = ["is_active", "default_sort", ("partner", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name"]
     autocomplete_fields = ["partner"]
     list_select_related = ["partner"]
-    readonly_fields = ["created_at"]
+    fields = ["name", "partner", "weight", "default_sort", "is_active", "created_at", "activity"]
+    readonly_fields = ["created_at", "activity"]
     inlines = [TeamInline, bucket_inline("tenant")]
+    # A member sees their own tenant and may pick its default sort (G13); its name, weight
+    # (its share of contended capacity, D2), state and reseller are the platform's to set.
+    tenant_lookup = "pk"
+    tenant_access = Access.CHANGE
+    tenant_hidden_fields = ("partner",)
+    tenant_readonly_fields = ("name", "weight", "is_active")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return super().get_queryset(request).annotate(team_count=Count("teams"))
@@ -58,23 +83,39 @@ class TenantAdmin(ConfigModelAdmin):
     def team_count(self, tenant: Any) -> int:
         return int(tenant.team_count)
 
+    @admin.display(description="activity")
+    def activity(self, tenant: Tenant) -> str:
+        if tenant.pk is None:
+            return "—"
+        url = reverse("ops:tenant-activity", args=[tenant.name])
+        return format_html('<a href="{}">recent requests</a>', url)
 
-class AppInline(admin.TabularInline):  # type: ignore[type-arg]
+
+# A workload class sets a request's weight and queue contract: the platform assigns it.
+MEMBER_READONLY_APP_FIELDS = ("default_workload",)
+
+
+class AppInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
     model = App
     extra = 0
     fields = ["name", "environment", "default_workload"]
     autocomplete_fields = ["default_workload"]
     show_change_link = True
+    tenant_access = Access.EDIT
+    tenant_readonly_fields = MEMBER_READONLY_APP_FIELDS
 
 
 @admin.register(Team)
 class TeamAdmin(ConfigModelAdmin):
+    ordering = ["tenant__name", "name"]
     list_display = ["name", "tenant", "app_count"]
     list_filter = [("tenant", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name", "tenant__name"]
     autocomplete_fields = ["tenant"]
     list_select_related = ["tenant"]
     inlines = [AppInline, bucket_inline("team")]
+    tenant_lookup = "tenant_id"
+    tenant_access = Access.EDIT
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
         return super().get_queryset(request).annotate(app_count=Count("apps"))
@@ -84,7 +125,7 @@ class TeamAdmin(ConfigModelAdmin):
         return int(team.app_count)
 
 
-class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
+class ApiKeyInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
     """The app's keys, read-only: a key is added on its own page, where its secret is shown."""
 
     model = ApiKey
@@ -93,6 +134,7 @@ class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
     readonly_fields = fields
     show_change_link = True
     can_delete = False
+    tenant_access = Access.VIEW
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -103,16 +145,20 @@ class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(App)
 class AppAdmin(ConfigModelAdmin):
+    ordering = ["team__tenant__name", "team__name", "name"]
     list_display = ["name", "team", "tenant", "environment", "default_workload", "key_count"]
     list_filter = [
         "environment",
-        "default_workload",
+        ("default_workload", admin.RelatedOnlyFieldListFilter),
         ("team__tenant", admin.RelatedOnlyFieldListFilter),
     ]
     search_fields = ["name", "team__name", "team__tenant__name"]
     autocomplete_fields = ["team", "default_workload"]
     list_select_related = ["team__tenant", "default_workload"]
     inlines = [ApiKeyInline, bucket_inline("app")]
+    tenant_lookup = "team__tenant_id"
+    tenant_access = Access.EDIT
+    tenant_readonly_fields = MEMBER_READONLY_APP_FIELDS
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[App]:
         return super().get_queryset(request).annotate(key_count=Count("keys"))
@@ -167,6 +213,8 @@ class ApiKeyAdmin(ConfigModelAdmin):
     list_select_related = ["app__team__tenant"]
     actions = ["revoke_keys"]
     inlines = [bucket_inline("api_key")]
+    tenant_lookup = "app__team__tenant_id"
+    tenant_access = Access.EDIT
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         editable = ["app", "name", "allowed_models", "expires_at"]
@@ -227,3 +275,23 @@ class ApiKeyAdmin(ConfigModelAdmin):
             self.log_change(request, key, "Revoked.")
         config_changed()
         self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+
+@admin.register(TenantMembership)
+class TenantMembershipAdmin(TenantScopedAdmin):  # not configuration: no reload on save
+    """Platform staff make users tenant members (A4); members never see this page."""
+
+    list_display = ["user", "tenant", "role", "created_at"]
+    list_filter = ["role", ("tenant", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["user__username", "user__email", "tenant__name"]
+    autocomplete_fields = ["user", "tenant"]
+    list_select_related = ["user", "tenant"]
+    readonly_fields = ["created_at"]
+
+    def save_model(
+        self, request: HttpRequest, obj: TenantMembership, form: Any, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        if not obj.user.is_staff:  # a member signs in to the same admin
+            obj.user.is_staff = True
+            obj.user.save(update_fields=["is_staff"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -119,3 +120,33 @@ class ApiKey(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > now
+
+
+class TenantMembership(models.Model):
+    """A4: an admin user who belongs to one tenant and sees only that tenant's objects.
+
+    One tenant per user keeps every scoping decision a comparison with one id; a person who
+    works for two tenants has two accounts. Superusers are platform staff and need none.
+    """
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "tenant admin (edits teams, apps, keys and their limits)"
+        VIEWER = "viewer", "viewer (read-only)"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_membership"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.ADMIN)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tenant__name", "user__username"]
+        verbose_name = "tenant membership"
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant.name} ({self.role})"
+
+    @property
+    def can_edit(self) -> bool:
+        return self.role == self.Role.ADMIN

@@ -1,0 +1,39 @@
+"""Thin views: check who may see the tenant, read through a selector, render."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from gateway.selectors import Cursor, generation_list
+from ops.forms import ActivityFilterForm
+from ops.tabs import tenant_tabs
+from tenants.scoping import tenant_get_visible
+
+ACTIVITY_PAGE_SIZE = 50
+
+
+def tenant_activity(request: HttpRequest, tenant: str) -> HttpResponse:
+    """A tenant's recent requests, newest first, filterable, paged by keyset (G15, H3)."""
+    owner = tenant_get_visible(user=request.user, name=tenant)
+    form = ActivityFilterForm(request.GET or None)
+    filters = form.filters()
+    before = Cursor.decode(request.GET.get("before", ""))
+    page = generation_list(tenant_id=owner.pk, before=before, limit=ACTIVITY_PAGE_SIZE, **filters)
+    context = {
+        **admin.site.each_context(request),
+        "title": f"{owner.name}: activity",
+        "tenant": owner,
+        "tabs": tenant_tabs(owner, active="activity"),
+        "tab_label": "Activity",
+        "form": form,
+        "rows": page.rows,
+        "first_url": f"?{urlencode(filters)}" if before is not None else None,
+        "next_url": f"?{urlencode({**filters, 'before': page.next.encode()})}"
+        if page.next
+        else None,
+    }
+    return TemplateResponse(request, "ops/tenant_activity.html", context)
