@@ -1,0 +1,360 @@
+"""The reservation book: all-or-nothing multi-bucket reservations held as leases (C4–C12).
+
+This is the in-memory store and the reference for ``store/lua/*.lua``: the same steps, the
+same order, the same floats. Time is always a parameter. ``lose_state`` simulates a Redis
+restart; the next call starts a learning period of one maximum lease (see README).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quotas.core import buckets as arith
+from quotas.core.buckets import Resolved, State
+from quotas.core.keys import bucket_key, record_key
+from quotas.core.model import (
+    INF,
+    BucketLevel,
+    BucketRefusal,
+    BucketSpec,
+    Dimension,
+    ExpiredLease,
+    Grant,
+    GrantPart,
+    Outcome,
+    Reason,
+    ReconcileResult,
+    Refusal,
+    RenewResult,
+    Rule,
+    Settlement,
+    Usage,
+)
+from quotas.core.windows import Boundaries, BoundaryCache
+
+# Rules whose lost state cannot be rebuilt from the clock: refused while learning.
+LEARNING_RULES = (Rule.FIXED_WINDOW, Rule.ROLLING_WINDOW, Rule.CONCURRENCY)
+
+
+@dataclass(slots=True)
+class RecordPart:
+    spec: BucketSpec
+    amount: float
+    marker: float
+    skipped: bool
+
+
+@dataclass(slots=True)
+class Record:
+    reservation_id: str
+    key: str
+    created: float
+    expires: float
+    state: str
+    parts: list[RecordPart]
+
+
+def resolve(spec: BucketSpec, x: Boundaries) -> Resolved:
+    return Resolved(spec.rule, spec.capacity, spec.period, x, spec.shadow)
+
+
+def demand_parts(buckets: Sequence[BucketSpec], demand: Usage) -> list[tuple[BucketSpec, float]]:
+    """Each bucket with its amount from the demand; buckets stay in the caller's (D1) order."""
+    seen: set[tuple[str, str]] = set()
+    for spec in buckets:
+        if (spec.scope, spec.name) in seen:
+            raise ValueError(f"bucket {spec.name} appears twice in one reservation")
+        seen.add((spec.scope, spec.name))
+    if not buckets:
+        raise ValueError("a reservation needs at least one bucket")
+    return [(spec, demand.amount(spec.dimension)) for spec in buckets]
+
+
+def actual_amount(spec: BucketSpec, actual: Usage | None) -> float:
+    if actual is None or spec.dimension is Dimension.CONCURRENCY:
+        return 0.0
+    return actual.amount(spec.dimension)
+
+
+def decide(
+    reservation_id: str, now: float, checks: Sequence[tuple[BucketSpec, Reason | None, float]]
+) -> tuple[Refusal | None, tuple[BucketRefusal, ...]]:
+    """All or nothing: the first refusing live bucket (D1 order) names the refusal; an
+    unsatisfiable bucket wins, since waiting cannot help. Shadow refusals are information."""
+    live = [BucketRefusal(s.name, r, t) for s, r, t in checks if r is not None and not s.shadow]
+    shadow = tuple(BucketRefusal(s.name, r, t) for s, r, t in checks if r is not None and s.shadow)
+    if not live:
+        return None, shadow
+    unsatisfiable = [r for r in live if r.reason is Reason.UNSATISFIABLE]
+    first = unsatisfiable[0] if unsatisfiable else live[0]
+    retry_at = INF if unsatisfiable else max(r.retry_at for r in live)
+    refusal = Refusal(
+        reservation_id, now, first.bucket, first.reason, retry_at, tuple(live), shadow
+    )
+    return refusal, shadow
+
+
+class Book:
+    """Bucket states, pauses and lease records of one store, driven with an explicit ``now``."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str = "sy",
+        max_lease_seconds: float = 30.0,
+        retention_seconds: float = 300.0,
+        expire_limit: int = 16,
+    ) -> None:
+        self.prefix = prefix
+        self.max_lease_seconds = max_lease_seconds
+        self.retention_seconds = retention_seconds
+        self.expire_limit = expire_limit
+        self.born = 0.0
+        self.learning_until = 0.0
+        self._epoch_present = True
+        self._states: dict[str, State] = {}
+        self._pauses: dict[str, float] = {}
+        self._records: dict[str, Record] = {}
+        self._index: dict[str, float] = {}
+        self._bounds = BoundaryCache()
+
+    # -- the store's life ---------------------------------------------------------------
+    def lose_state(self) -> None:
+        """Forget everything, as a Redis restart without persistence would."""
+        self._states.clear()
+        self._pauses.clear()
+        self._records.clear()
+        self._index.clear()
+        self._epoch_present = False
+
+    def _epoch(self, now: float) -> None:
+        if not self._epoch_present:
+            self.born, self.learning_until = now, now + self.max_lease_seconds
+            self._epoch_present = True
+
+    def _record(self, key: str, now: float) -> Record | None:
+        rec = self._records.get(key)
+        if rec is not None and now >= rec.expires + self.retention_seconds:
+            del self._records[key]
+            return None
+        return rec
+
+    def _view(self, spec: BucketSpec, r: Resolved, now: float) -> arith.View:
+        key = bucket_key(self.prefix, spec)
+        v = arith.view(self._states.get(key), r, now, self.born, self.expire_limit)
+        if v.state is None:
+            self._states.pop(key, None)
+        return v
+
+    def _write(self, spec: BucketSpec, state: State | None) -> None:
+        key = bucket_key(self.prefix, spec)
+        if state is None:
+            self._states.pop(key, None)
+        else:
+            self._states[key] = state
+
+    def paused_until(self, scope: str, now: float) -> float:
+        until = self._pauses.get(scope, 0.0)
+        return until if until > now else 0.0
+
+    # -- reserve -------------------------------------------------------------------------
+    def reserve(
+        self,
+        reservation_id: str,
+        buckets: Sequence[BucketSpec],
+        demand: Usage,
+        *,
+        now: float,
+        lease_seconds: float,
+    ) -> Grant | Refusal:
+        """Take ``demand`` from every bucket or from none (C4); the same id twice → same grant."""
+        parts = demand_parts(buckets, demand)
+        self._epoch(now)
+        rkey = record_key(self.prefix, parts[0][0].scope, reservation_id)
+        rec = self._record(rkey, now)
+        if rec is not None:
+            return self._replay(rec, now)
+        learning = now < self.learning_until
+        checks: list[tuple[BucketSpec, Reason | None, float]] = []
+        views: list[tuple[Resolved, arith.View | None]] = []
+        for spec, amount in parts:
+            x = self._bounds.numbers(spec, now)
+            r = resolve(spec, x)
+            reason: Reason | None = None
+            retry = now
+            v: arith.View | None = None
+            paused = self.paused_until(spec.scope, now)
+            if spec.rule is not Rule.RAMP and amount > spec.capacity:
+                reason, retry = Reason.UNSATISFIABLE, INF
+            elif paused > now:
+                reason, retry = Reason.PAUSED, paused
+            elif learning and spec.rule in LEARNING_RULES:
+                reason, retry = Reason.RECOVERING, self.learning_until
+            else:
+                v = self._view(spec, r, now)
+                if amount > v.available:
+                    reason = (
+                        Reason.RAMP_LIMITED if spec.rule is Rule.RAMP else Reason.BUCKET_EXHAUSTED
+                    )
+                    retry = arith.fit_time(v, r, now, amount)
+            checks.append((spec, reason, retry))
+            views.append((r, v))
+        refusal, shadow = decide(reservation_id, now, checks)
+        if refusal is not None:
+            return refusal
+        expires = now + lease_seconds
+        granted: list[RecordPart] = []
+        for (spec, amount), (r, v), (_, reason, _) in zip(parts, views, checks, strict=True):
+            if reason is not None or v is None:
+                granted.append(RecordPart(spec, 0.0, 0.0, True))
+                continue
+            state, marker = arith.take(v, r, now, amount, reservation_id, expires)
+            self._write(spec, state)
+            granted.append(RecordPart(spec, amount, marker, False))
+        self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", granted)
+        self._index[rkey] = expires
+        return Grant(reservation_id, now, expires, _grant_parts(granted), shadow)
+
+    def _replay(self, rec: Record, now: float) -> Grant:
+        state = "expired" if rec.state == "active" and rec.expires <= now else rec.state
+        parts = _grant_parts(rec.parts)
+        return Grant(rec.reservation_id, rec.created, rec.expires, parts, (), True, state)
+
+    # -- reconcile / release -------------------------------------------------------------
+    def settle(self, grant: Grant, actual: Usage | None, *, now: float) -> ReconcileResult:
+        """Reconcile with ``actual`` usage, or release everything when ``actual`` is None."""
+        self._epoch(now)
+        rid = grant.reservation_id
+        rec = self._record(record_key(self.prefix, grant.parts[0].bucket.scope, rid), now)
+        if rec is None:
+            return ReconcileResult(rid, Outcome.UNKNOWN, now)
+        if rec.state != "active":
+            return ReconcileResult(rid, Outcome.CLOSED, now)
+        if rec.expires <= now:
+            self._expire(rec)
+            return ReconcileResult(rid, Outcome.EXPIRED, now)
+        # Bucket definitions come with the call (as they do to Redis), matched by name.
+        specs = {p.bucket.name: p.bucket for p in grant.parts}
+        settlements: list[Settlement] = []
+        for p in rec.parts:
+            spec = specs.get(p.spec.name)
+            if spec is None:
+                continue
+            a = actual_amount(spec, actual)
+            if p.skipped:
+                settlements.append(Settlement(spec.name, 0.0, a, 0.0, 0.0))
+                continue
+            # Boundaries around the settle time: a window that rolled since is still found.
+            r = resolve(spec, self._bounds.numbers(spec, now))
+            v = self._view(spec, r, now)
+            self._write(spec, arith.settle(v, r, now, p.amount, a, p.marker, rid))
+            released, charged = max(0.0, p.amount - a), max(0.0, a - p.amount)
+            settlements.append(Settlement(spec.name, p.amount, a, released, charged))
+        rec.state = "released" if actual is None else "reconciled"
+        self._index.pop(rec.key, None)
+        outcome = Outcome.RELEASED if actual is None else Outcome.RECONCILED
+        return ReconcileResult(rid, outcome, now, tuple(settlements))
+
+    def _expire(self, rec: Record) -> None:
+        for p in rec.parts:
+            if p.spec.rule is Rule.CONCURRENCY and not p.skipped:
+                st = self._states.get(bucket_key(self.prefix, p.spec))
+                if isinstance(st, arith.ConcurrencyState) and rec.reservation_id in st.holders:
+                    amount, _ = st.holders.pop(rec.reservation_id)
+                    st.held = st.held - amount
+        rec.state = "expired"
+        self._index.pop(rec.key, None)
+
+    # -- leases --------------------------------------------------------------------------
+    def renew(self, grant: Grant, *, now: float, lease_seconds: float) -> RenewResult:
+        """Extend a live lease; re-register one the store lost in a restart (then learn)."""
+        self._epoch(now)
+        rid = grant.reservation_id
+        rkey = record_key(self.prefix, grant.parts[0].bucket.scope, rid)
+        rec = self._record(rkey, now)
+        expires = now + lease_seconds
+        if rec is None:
+            if self.born <= grant.created_at:
+                return RenewResult(rid, Outcome.UNKNOWN, 0.0)
+            parts = [RecordPart(p.bucket, p.amount, p.marker, p.skipped) for p in grant.parts]
+            for p in parts:
+                if p.spec.rule is Rule.CONCURRENCY and not p.skipped:
+                    key = bucket_key(self.prefix, p.spec)
+                    self._states[key] = arith.adopt(self._states.get(key), p.amount, rid, expires)
+            self._records[rkey] = Record(rid, rkey, grant.created_at, expires, "active", parts)
+            self._index[rkey] = expires
+            return RenewResult(rid, Outcome.ADOPTED, expires)
+        if rec.state != "active":
+            return RenewResult(rid, Outcome.CLOSED, rec.expires)
+        if rec.expires <= now:
+            self._expire(rec)
+            return RenewResult(rid, Outcome.EXPIRED, rec.expires)
+        rec.expires = expires
+        for p in rec.parts:
+            if p.spec.rule is Rule.CONCURRENCY and not p.skipped:
+                st = self._states.get(bucket_key(self.prefix, p.spec))
+                if isinstance(st, arith.ConcurrencyState) and rid in st.holders:
+                    st.holders[rid] = (st.holders[rid][0], expires)
+        self._index[rkey] = expires
+        return RenewResult(rid, Outcome.RENEWED, expires)
+
+    def reap(self, *, now: float, limit: int) -> list[ExpiredLease]:
+        """Expire up to ``limit`` abandoned leases (C9): their concurrency goes back."""
+        self._epoch(now)
+        due = sorted((exp, key) for key, exp in self._index.items() if exp <= now)[:limit]
+        expired: list[ExpiredLease] = []
+        for _, key in due:
+            self._index.pop(key, None)
+            rec = self._record(key, now)
+            if rec is None or rec.state != "active":
+                continue
+            self._expire(rec)
+            taken = tuple((p.spec.name, p.amount) for p in rec.parts)
+            expired.append(ExpiredLease(rec.reservation_id, rec.created, rec.expires, taken))
+        return expired
+
+    # -- provider signals and direct charges ---------------------------------------------
+    def pause(self, scope: str, until: float, *, now: float) -> float:
+        """Pause a scope until ``until`` (F2); pauses only ever extend. Returns the pause end."""
+        self._epoch(now)
+        current = self.paused_until(scope, now)
+        if until > current and until > now:
+            self._pauses[scope] = until
+            return until
+        return current
+
+    def observe(self, spec: BucketSpec, *, remaining: float, reset_at: float, now: float) -> float:
+        """Lower a bucket to what the provider reports (C12); returns what is available."""
+        self._epoch(now)
+        r = resolve(spec, self._bounds.numbers(spec, now))
+        v = self._view(spec, r, now)
+        self._write(spec, arith.observe(v, r, now, remaining, reset_at))
+        return self._view(spec, r, now).available
+
+    def charge(self, parts: Sequence[tuple[BucketSpec, float]], *, now: float) -> None:
+        """Charge usage that bypassed reservation (e.g. a ledger replay after a restart)."""
+        self._epoch(now)
+        for spec, amount in parts:
+            r = resolve(spec, self._bounds.numbers(spec, now))
+            v = self._view(spec, r, now)
+            self._write(spec, arith.settle(v, r, now, 0.0, amount, arith.NO_MARKER, ""))
+
+    def levels(self, buckets: Sequence[BucketSpec], *, now: float) -> list[BucketLevel]:
+        """Available capacity and the time each bucket is full again (for H1 metadata)."""
+        self._epoch(now)
+        out: list[BucketLevel] = []
+        for spec in buckets:
+            r = resolve(spec, self._bounds.numbers(spec, now))
+            v = self._view(spec, r, now)
+            if spec.rule is Rule.RAMP:
+                full_at = now if v.b == 0 else (v.a + 1) * spec.period
+            else:
+                full_at = arith.fit_time(v, r, now, spec.capacity)
+            paused = self.paused_until(spec.scope, now)
+            out.append(BucketLevel(spec.name, spec.capacity, v.available, full_at, paused))
+        return out
+
+
+def _grant_parts(parts: Sequence[RecordPart]) -> tuple[GrantPart, ...]:
+    return tuple(GrantPart(p.spec, p.amount, p.marker, p.skipped) for p in parts)

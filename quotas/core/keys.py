@@ -1,0 +1,36 @@
+"""Key names of the reservation store, shared by the Redis store and its in-memory twin.
+
+Every key of a scope carries the scope as a Redis Cluster hash tag ``{scope}``, so all of one
+scope's buckets, holders and its pause live in one slot. Only the epoch and the lease index are
+global (see ``quotas/store/README.md`` for how a Cluster port splits them per slot).
+"""
+
+from __future__ import annotations
+
+from quotas.core.model import BucketSpec
+
+
+def bucket_key(prefix: str, spec: BucketSpec) -> str:
+    return f"{prefix}:{{{spec.scope}}}:b:{spec.name}"
+
+
+def holders_key(prefix: str, spec: BucketSpec) -> str:
+    """Concurrency holders: reservation id → lease expiry (a sorted set)."""
+    return f"{prefix}:{{{spec.scope}}}:b:{spec.name}:h"
+
+
+def pause_key(prefix: str, scope: str) -> str:
+    return f"{prefix}:{{{scope}}}:pause"
+
+
+def record_key(prefix: str, scope: str, reservation_id: str) -> str:
+    """The lease record lives with the reservation's first (narrowest) scope."""
+    return f"{prefix}:{{{scope}}}:r:{reservation_id}"
+
+
+def epoch_key(prefix: str) -> str:
+    return f"{prefix}:epoch"
+
+
+def lease_index_key(prefix: str) -> str:
+    return f"{prefix}:leases"

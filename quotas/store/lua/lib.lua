@@ -1,0 +1,437 @@
+-- Bucket arithmetic and reservation steps shared by every script of the reservation store.
+-- Units: times are float epoch seconds, amounts are floats in the bucket's dimension, TTLs ms.
+-- This file is prepended to each entry script (reserve.lua, settle.lua, ...) and mirrors
+-- quotas/core/buckets.py and quotas/core/book.py operation by operation, so that the Redis
+-- store and the in-memory twin compute bit-identical floats. A future fair-queue pump script
+-- includes it too and calls reserve_parts() for the head request of a flow.
+--
+-- A bucket travels as one msgpack blob (built and cached in Python): the array
+--   {name, rule, dim, capacity, period, x1, x2, x3, x4, shadow(0/1)}
+-- x1..x4: fixed_window = four consecutive reset instants; rolling_window x1 = slices;
+-- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
+-- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
+-- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
+-- concurrency held/h:<id>, ramp cur/cur_used/prev_used; 'exp' = until when the key's TTL is
+-- known to run (TTLs only ever drop state that no longer matters, so they are set lazily).
+
+local MARGIN_MS = 60000
+local HOLDER_SCAN = 256
+local TICK = 1e-6
+local INF = math.huge
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg)
+  end
+  -- The Redis server's clock is the one clock every gateway process shares.
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function ttl_ms(seconds)
+  return math.ceil(seconds * 1000) + MARGIN_MS
+end
+
+-- The store's birth: created (learning for one maximum lease) when the state was lost.
+local function epoch(key, now, max_lease)
+  local e = redis.call('HMGET', key, 'born', 'until')
+  if not e[1] then
+    redis.call('HSET', key, 'born', now, 'until', now + max_lease)
+    return now, now + max_lease
+  end
+  return tonumber(e[1]), tonumber(e[2])
+end
+
+local function read_part(blob)
+  local t = cmsgpack.unpack(blob)
+  return {name = t[1], rule = t[2], dim = t[3], cap = t[4], period = t[5],
+          x1 = t[6], x2 = t[7], x3 = t[8], x4 = t[9], shadow = t[10] == 1}
+end
+
+local function window_of(p, now)
+  local b0, b1, b2, b3 = p.x1, p.x2, p.x3, p.x4
+  if now < b1 then
+    if now >= b0 then return b0, b1 end
+    return b0 - (b1 - b0), b0
+  end
+  if now < b2 then return b1, b2 end
+  if now < b3 then return b2, b3 end
+  return b3, b3 + (b3 - b2)
+end
+
+local function slice_field(k)
+  return 's' .. string.format('%d', k)
+end
+
+local function num(x)
+  if x then return tonumber(x) end
+  return nil
+end
+
+-- view: bring a bucket to now. Returns {exists, avail, a, b, c, ...} like core View.
+local function view(p, key, hkey, now, born, limit)
+  if p.rule == 'refill' then
+    local h = redis.call('HMGET', key, 'level', 'ts', 'exp')
+    if not h[1] then
+      local level = math.min(p.cap, (now - born) * p.cap / p.period)
+      return {exists = false, avail = level, a = level}
+    end
+    local level, ts = tonumber(h[1]), tonumber(h[2])
+    if now > ts then
+      level = math.min(p.cap, level + (now - ts) * p.cap / p.period)
+    end
+    return {exists = true, ts = ts, exp = num(h[3]), avail = level, a = level}
+  elseif p.rule == 'fixed_window' then
+    local start, stop = window_of(p, now)
+    local h = redis.call('HMGET', key, 'wstart', 'used')
+    local used, same = 0, false
+    if h[1] and tonumber(h[1]) == start then
+      used, same = tonumber(h[2]), true
+    end
+    return {exists = h[1] ~= false, same = same, avail = p.cap - used, a = start, b = stop,
+            c = used}
+  elseif p.rule == 'rolling_window' then
+    local width = p.period / p.x1
+    local k_now = math.floor(now / width)
+    local k_min = math.floor((now - p.period) / width)
+    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp')
+    if h[1] and k_min > tonumber(h[3]) then
+      redis.call('DEL', key)
+      h = {false}
+    end
+    if not h[1] then
+      return {exists = false, avail = p.cap, a = k_now, total = 0}
+    end
+    local total, lo, hi = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+    if lo < k_min then
+      local last = math.min(k_min - 1, lo + p.x1 + 2)
+      local k = lo
+      while k <= last do
+        local f = slice_field(k)
+        local v = redis.call('HGET', key, f)
+        if v then
+          total = total - tonumber(v)
+          redis.call('HDEL', key, f)
+        end
+        k = k + 1
+      end
+      lo = k_min
+      redis.call('HSET', key, 'total', total, 'lo', lo)
+    end
+    return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
+            lo = lo, hi = hi}
+  elseif p.rule == 'concurrency' then
+    local h = redis.call('HMGET', key, 'held', 'exp')
+    if not h[1] then
+      return {exists = false, avail = p.cap, held = 0}
+    end
+    local held = tonumber(h[1])
+    local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
+    if #due > 0 then
+      for _, id in ipairs(due) do
+        local f = 'h:' .. id
+        local amount = tonumber(redis.call('HGET', key, f))
+        redis.call('HDEL', key, f)
+        redis.call('ZREM', hkey, id)
+        held = held - amount
+      end
+      redis.call('HSET', key, 'held', held)
+    end
+    return {exists = true, exp = num(h[2]), avail = p.cap - held, held = held}
+  end
+  -- ramp
+  local idx = math.floor(now / p.period)
+  local h = redis.call('HMGET', key, 'cur', 'cur_used', 'prev_used')
+  local cu, pu, same = 0, 0, false
+  if h[1] then
+    local cur, hc, hp = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+    if idx == cur then
+      cu, pu, same = hc, hp, true
+    elseif idx == cur + 1 then
+      cu, pu = 0, hc
+    elseif idx > cur + 1 then
+      cu, pu = 0, 0
+    else
+      idx, cu, pu, same = cur, hc, hp, true
+    end
+  end
+  local allowance = math.max(p.cap, p.x1 * pu)
+  return {exists = h[1] ~= false, same = same, avail = allowance - cu, a = idx, b = cu, c = pu}
+end
+
+-- fit_time: earliest time amount fits with no other traffic (now if it fits, INF if never).
+local function fit_time(p, v, key, hkey, now, amount)
+  if amount <= v.avail then return now end
+  if p.rule == 'refill' then
+    -- One tick later than exact, so that at retry_at it fits despite float rounding.
+    return now + (amount - v.avail) * p.period / p.cap + TICK
+  elseif p.rule == 'fixed_window' then
+    return v.b
+  elseif p.rule == 'rolling_window' then
+    if not v.exists then return now end
+    local width = p.period / p.x1
+    local need = amount - v.avail
+    local freed = 0
+    local k = v.lo
+    while k <= v.hi do
+      freed = freed + tonumber(redis.call('HGET', key, slice_field(k)) or '0')
+      if freed >= need then return (k + 1) * width + p.period end
+      k = k + 1
+    end
+    return (v.hi + 1) * width + p.period
+  elseif p.rule == 'concurrency' then
+    if not v.exists then return now end
+    local need = amount - v.avail
+    local freed = 0
+    local rows = redis.call('ZRANGE', hkey, 0, HOLDER_SCAN - 1, 'WITHSCORES')
+    for i = 1, #rows, 2 do
+      freed = freed + tonumber(redis.call('HGET', key, 'h:' .. rows[i]))
+      if freed >= need then return math.max(now, tonumber(rows[i + 1])) end
+    end
+    return INF
+  end
+  local next_allowance = math.max(p.cap, p.x1 * v.b)
+  if amount <= next_allowance then return (v.a + 1) * p.period end
+  return INF
+end
+
+-- Writes. Each keeps the key alive at least as long as its state still matters; the TTL is
+-- extended (with slack) only when the recorded 'exp' falls short, to save a call per write.
+local function rolling_add(p, v, key, k, amount, now)
+  local f = slice_field(k)
+  local need = now + p.period + p.period / p.x1
+  if not v.exists then
+    local e = need + p.period / 4
+    redis.call('HSET', key, 'total', amount, 'lo', k, 'hi', k, f, amount,
+      'exp', e)
+    redis.call('PEXPIRE', key, ttl_ms(e - now))
+    return
+  end
+  local have = tonumber(redis.call('HGET', key, f) or '0')
+  redis.call('HSET', key, f, have + amount, 'total', v.total + amount,
+    'hi', math.max(v.hi, k), 'lo', math.min(v.lo, k))
+  if not (v.exp and v.exp >= need) then
+    local e = need + p.period / 4
+    redis.call('HSET', key, 'exp', e)
+    redis.call('PEXPIRE', key, ttl_ms(e - now))
+  end
+end
+
+local function write_refill(p, v, key, now, level)
+  local ts = now
+  if v.exists and v.ts > now then ts = v.ts end
+  -- Expiring is harmless once the bucket would be full again (and past born + period).
+  local need = now + (p.cap - level) * p.period / p.cap + p.period
+  if v.exp and v.exp >= need then
+    redis.call('HSET', key, 'level', level, 'ts', ts)
+  else
+    local e = need + p.period
+    redis.call('HSET', key, 'level', level, 'ts', ts, 'exp', e)
+    redis.call('PEXPIRE', key, ttl_ms(e - now))
+  end
+end
+
+local function write_window(key, v, now, used)
+  redis.call('HSET', key, 'wstart', v.a, 'wend', v.b, 'used', used)
+  if not v.same then redis.call('PEXPIRE', key, ttl_ms(v.b - now)) end
+end
+
+local function write_ramp(p, key, v, cu, pu)
+  redis.call('HSET', key, 'cur', v.a, 'cur_used', cu, 'prev_used', pu)
+  if not v.same then redis.call('PEXPIRE', key, ttl_ms(2 * p.period)) end
+end
+
+-- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil).
+local function hold(key, hkey, exp, held, id, amount, expiry, now)
+  if exp and exp >= expiry then
+    redis.call('HSET', key, 'held', held, 'h:' .. id, amount)
+    redis.call('ZADD', hkey, expiry, id)
+  else
+    local e = expiry + (expiry - now)
+    redis.call('HSET', key, 'held', held, 'h:' .. id, amount, 'exp', e)
+    redis.call('ZADD', hkey, expiry, id)
+    redis.call('PEXPIRE', key, ttl_ms(e - now))
+    redis.call('PEXPIRE', hkey, ttl_ms(e - now))
+  end
+end
+
+-- take: the caller checked that amount fits. Returns the marker (window/slice/interval).
+local function take(p, v, key, hkey, now, amount, id, expiry)
+  if p.rule == 'refill' then
+    write_refill(p, v, key, now, v.a - amount)
+    return 0
+  elseif p.rule == 'fixed_window' then
+    write_window(key, v, now, v.c + amount)
+    return v.a
+  elseif p.rule == 'rolling_window' then
+    rolling_add(p, v, key, v.a, amount, now)
+    return v.a
+  elseif p.rule == 'concurrency' then
+    hold(key, hkey, v.exp, v.held + amount, id, amount, expiry, now)
+    return 0
+  end
+  write_ramp(p, key, v, v.b + amount, v.c)
+  return v.a
+end
+
+local function release_holder(key, hkey, id, held)
+  local f = 'h:' .. id
+  local amount = redis.call('HGET', key, f)
+  if not amount then return end
+  if held == nil then held = tonumber(redis.call('HGET', key, 'held')) end
+  redis.call('HDEL', key, f)
+  redis.call('ZREM', hkey, id)
+  redis.call('HSET', key, 'held', held - tonumber(amount))
+end
+
+-- settle: replace taken by actual (give back to a still-current window, charge overage).
+local function settle(p, v, key, hkey, now, taken, actual, marker, id)
+  local diff = actual - taken
+  if p.rule == 'refill' then
+    write_refill(p, v, key, now, math.min(p.cap, v.a - diff))
+  elseif p.rule == 'fixed_window' then
+    if marker == v.a then
+      write_window(key, v, now, math.max(0, v.c + diff))
+    elseif diff > 0 then
+      write_window(key, v, now, v.c + diff)
+    end
+  elseif p.rule == 'rolling_window' then
+    if diff > 0 then
+      rolling_add(p, v, key, v.a, diff, now)
+    elseif v.exists and diff < 0 then
+      local k = -1
+      if marker >= 0 then k = marker end
+      local f = slice_field(k)
+      local have = redis.call('HGET', key, f)
+      if k >= v.lo and have then
+        have = tonumber(have)
+        local back = math.min(have, -diff)
+        redis.call('HSET', key, f, have - back, 'total', v.total - back)
+      end
+    end
+  elseif p.rule == 'concurrency' then
+    if v.exists then release_holder(key, hkey, id, v.held) end
+  else
+    if marker == v.a then
+      write_ramp(p, key, v, math.max(0, v.b + diff), v.c)
+    elseif marker == v.a - 1 then
+      write_ramp(p, key, v, v.b, math.max(0, v.c + diff))
+    elseif diff > 0 then
+      write_ramp(p, key, v, v.b + diff, v.c)
+    end
+  end
+end
+
+local LEARNING_RULES = {fixed_window = true, rolling_window = true, concurrency = true}
+
+-- reserve_parts: all or nothing over parts (in D1 order). ctx = {now, born, learning_until,
+-- limit, id, expiry}; parts[i] = read_part(...) with .amount, .key, .hkey, .pkey set. Returns
+-- {ok = true, taken = {{amount, marker, skipped}...}, shadow = {...}} or
+-- {ok = false, bucket, reason, retry, live = {...}, shadow = {...}}; refusals are
+-- {name, reason, retry}. Writes only when granting (and lazy expiry/pruning in view).
+local function reserve_parts(ctx, parts)
+  local now = ctx.now
+  local learning = now < ctx.learning_until
+  local pkeys = {}
+  for i, p in ipairs(parts) do pkeys[i] = p.pkey end
+  local pauses = redis.call('MGET', unpack(pkeys))
+  local checks, views = {}, {}
+  for i, p in ipairs(parts) do
+    local reason, retry, v = false, now, false
+    local paused = tonumber(pauses[i] or '0')
+    if paused <= now then paused = 0 end
+    if p.rule ~= 'ramp' and p.amount > p.cap then
+      reason, retry = 'unsatisfiable', INF
+    elseif paused > now then
+      reason, retry = 'paused', paused
+    elseif learning and LEARNING_RULES[p.rule] then
+      reason, retry = 'recovering', ctx.learning_until
+    else
+      v = view(p, p.key, p.hkey, now, ctx.born, ctx.limit)
+      if p.amount > v.avail then
+        if p.rule == 'ramp' then reason = 'ramp_limited' else reason = 'bucket_exhausted' end
+        retry = fit_time(p, v, p.key, p.hkey, now, p.amount)
+      end
+    end
+    checks[i] = {reason, retry}
+    views[i] = v
+  end
+  local live, shadow, unsat = {}, {}, false
+  for i, p in ipairs(parts) do
+    local reason, retry = checks[i][1], checks[i][2]
+    if reason then
+      local row = {p.name, reason, retry}
+      if p.shadow then
+        shadow[#shadow + 1] = row
+      else
+        live[#live + 1] = row
+        if reason == 'unsatisfiable' and not unsat then unsat = row end
+      end
+    end
+  end
+  if #live > 0 then
+    local first, retry = unsat or live[1], INF
+    if not unsat then
+      retry = live[1][3]
+      for _, row in ipairs(live) do retry = math.max(retry, row[3]) end
+    end
+    return {ok = false, bucket = first[1], reason = first[2], retry = retry,
+            live = live, shadow = shadow}
+  end
+  local taken = {}
+  for i, p in ipairs(parts) do
+    if checks[i][1] or not views[i] then
+      taken[i] = {0, 0, 1}
+    else
+      local marker = take(p, views[i], p.key, p.hkey, now, p.amount, ctx.id, ctx.expiry)
+      taken[i] = {p.amount, marker, 0}
+    end
+  end
+  return {ok = true, taken = taken, shadow = shadow}
+end
+
+-- A lease record: {id, created, expires, state, rows, holds}; rows = {name, amount, marker,
+-- skipped} per part (in the grant's order), holds = {key, hkey, amount} per concurrency hold,
+-- so that reap can give slots back without the bucket definitions.
+local function record_new(id, created, expires, parts, taken)
+  local rows, holds = {}, {}
+  for i, p in ipairs(parts) do
+    rows[i] = {p.name, taken[i][1], taken[i][2], taken[i][3]}
+    if p.rule == 'concurrency' and taken[i][3] == 0 then
+      holds[#holds + 1] = {p.key, p.hkey, taken[i][1]}
+    end
+  end
+  return {id = id, created = created, expires = expires, state = 'active', rows = rows,
+          holds = holds}
+end
+
+local function record_write(rkey, rec, now, retention)
+  local blob = cmsgpack.pack({rec.id, rec.created, rec.expires, rec.state, rec.rows, rec.holds})
+  redis.call('SET', rkey, blob, 'PX', ttl_ms(rec.expires + retention - now))
+end
+
+-- The record if it is still retained (the TTL may lag an explicit test clock).
+local function record_load(rkey, now, retention)
+  local blob = redis.call('GET', rkey)
+  if not blob then return nil end
+  local r = cmsgpack.unpack(blob)
+  if now >= r[3] + retention then
+    redis.call('DEL', rkey)
+    return nil
+  end
+  return {id = r[1], created = r[2], expires = r[3], state = r[4], rows = r[5], holds = r[6]}
+end
+
+-- Expire a lease: its concurrency holds go back; other estimates stand (maybe dispatched).
+local function record_expire(rkey, rec, index, now, retention)
+  for _, h in ipairs(rec.holds) do
+    if redis.call('HGET', h[1], 'held') then release_holder(h[1], h[2], rec.id, nil) end
+  end
+  rec.state = 'expired'
+  record_write(rkey, rec, now, retention)
+  redis.call('ZREM', index, rkey)
+end

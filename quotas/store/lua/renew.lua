@@ -1,0 +1,53 @@
+-- renew: extend a live lease (streams, long requests), or adopt one lost with the store's
+-- state (SPEC C9, C10). KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index; then
+-- per grant part i: KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] lease (s),
+-- ARGV[4] retention (s), ARGV[5] max lease (s), ARGV[6] the grant's created time,
+-- ARGV[7] n parts, then per part: bucket blob (lib.lua read_part), amount taken, marker,
+-- skipped (0/1). Returns {outcome, expires}: renewed | adopted | expired | closed | unknown.
+local now = clock(ARGV[1])
+local id, lease, retention = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local born = epoch(KEYS[1], now, tonumber(ARGV[5]))
+local created = tonumber(ARGV[6])
+local expires = now + lease
+
+local function rehold(key, hkey, amount, adopt)
+  local h = redis.call('HMGET', key, 'held', 'exp', 'h:' .. id)
+  local held = tonumber(h[1] or '0')
+  if not h[3] then
+    if not adopt then return end
+    held = held + amount
+  end
+  hold(key, hkey, num(h[2]), held, id, amount, expires, now)
+end
+
+local rec = record_load(KEYS[2], now, retention)
+if not rec then
+  if born <= created then return {'unknown', '0'} end
+  -- Lost in a restart while in flight: hold its concurrency again, no capacity check.
+  local parts, taken = {}, {}
+  for i = 1, tonumber(ARGV[7]) do
+    local at = 4 + 4 * i
+    local p = read_part(ARGV[at])
+    p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
+    local amount, marker, skipped = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
+      tonumber(ARGV[at + 3])
+    if p.rule == 'concurrency' and skipped == 0 then rehold(p.key, p.hkey, amount, true) end
+    parts[i] = p
+    taken[i] = {amount, marker, skipped}
+  end
+  rec = record_new(id, created, expires, parts, taken)
+  record_write(KEYS[2], rec, now, retention)
+  redis.call('ZADD', KEYS[3], expires, KEYS[2])
+  return {'adopted', fmt(expires)}
+end
+if rec.state ~= 'active' then return {'closed', fmt(rec.expires)} end
+if rec.expires <= now then
+  record_expire(KEYS[2], rec, KEYS[3], now, retention)
+  return {'expired', fmt(rec.expires)}
+end
+rec.expires = expires
+for _, h in ipairs(rec.holds) do rehold(h[1], h[2], h[3], false) end
+record_write(KEYS[2], rec, now, retention)
+redis.call('ZADD', KEYS[3], expires, KEYS[2])
+return {'renewed', fmt(expires)}

@@ -1,0 +1,59 @@
+-- settle: reconcile a reservation with actual usage, or release it (SPEC C6, C10), in one call.
+-- KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index; then per grant part i:
+-- KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
+-- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
+-- ARGV[7..11] actual requests, input tokens, output tokens, total tokens, spend (USD),
+-- ARGV[12] n, then per grant part its bucket blob (lib.lua read_part).
+-- Returns {outcome, now, n, (name, estimated, actual, released, charged)*n}; outcome is
+-- reconciled | released | expired | closed | unknown (the last three change nothing).
+local now = clock(ARGV[1])
+local id, retention = ARGV[2], tonumber(ARGV[5])
+local born = epoch(KEYS[1], now, tonumber(ARGV[3]))
+local limit = tonumber(ARGV[4])
+local release = ARGV[6] == '1'
+local usage = {requests = tonumber(ARGV[7]), input_tokens = tonumber(ARGV[8]),
+               output_tokens = tonumber(ARGV[9]), total_tokens = tonumber(ARGV[10]),
+               spend = tonumber(ARGV[11]), concurrency = 0}
+
+local rec = record_load(KEYS[2], now, retention)
+if not rec then return {'unknown', fmt(now), 0} end
+if rec.state ~= 'active' then return {'closed', fmt(now), 0} end
+if rec.expires <= now then
+  record_expire(KEYS[2], rec, KEYS[3], now, retention)
+  return {'expired', fmt(now), 0}
+end
+local by_name = {}
+for i = 1, tonumber(ARGV[12]) do
+  local p = read_part(ARGV[12 + i])
+  p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
+  by_name[p.name] = p
+end
+local out = {release and 'released' or 'reconciled', fmt(now), 0}
+for _, row in ipairs(rec.rows) do
+  local p = by_name[row[1]]
+  if p then
+    local taken, marker, skipped = row[2], row[3], row[4] == 1
+    local actual = 0
+    if not release then actual = usage[p.dim] end
+    out[3] = out[3] + 1
+    out[#out + 1] = p.name
+    if skipped then
+      out[#out + 1] = '0'
+      out[#out + 1] = fmt(actual)
+      out[#out + 1] = '0'
+      out[#out + 1] = '0'
+    else
+      local v = view(p, p.key, p.hkey, now, born, limit)
+      settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+      out[#out + 1] = fmt(taken)
+      out[#out + 1] = fmt(actual)
+      out[#out + 1] = fmt(math.max(0, taken - actual))
+      out[#out + 1] = fmt(math.max(0, actual - taken))
+    end
+  end
+end
+rec.state = release and 'released' or 'reconciled'
+record_write(KEYS[2], rec, now, retention)
+redis.call('ZREM', KEYS[3], KEYS[2])
+return out

@@ -1,0 +1,343 @@
+"""The Redis reservation store: one Lua call to reserve in all of a request's buckets, one to
+reconcile or release (SPEC C4, C6). Bucket definitions travel as ARGV on every call, so Redis
+holds only levels, usage, holders, pauses and lease records; config changes need no migration.
+
+Scripts are ``lua/lib.lua`` + an entry file, run with EVALSHA through redis-py's ``Script``,
+which re-loads the script on NOSCRIPT (Redis restarted or ``SCRIPT FLUSH``); if the cache is
+flushed again between that re-load and its retry, ``_call`` falls back to a plain EVAL, so a
+lost script cache never surfaces as an error.
+
+A connection error (Redis restarted, a stale pooled connection) is retried twice: every script
+is safe to repeat — reserve is idempotent by reservation id; a repeated reconcile, release or
+renew answers ``closed`` (already done). redis-py clients made with ``from_url`` do not retry
+by themselves (their connections get ``Retry(NoBackoff(), 0)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from quotas.core.book import demand_parts
+from quotas.core.keys import (
+    bucket_key,
+    epoch_key,
+    holders_key,
+    lease_index_key,
+    pause_key,
+    record_key,
+)
+from quotas.core.model import (
+    BucketLevel,
+    BucketSpec,
+    Dimension,
+    ExpiredLease,
+    Grant,
+    Outcome,
+    ReconcileResult,
+    Refusal,
+    RenewResult,
+    Settlement,
+    Usage,
+)
+from quotas.core.windows import Boundaries, BoundaryCache
+from quotas.store.wire import f_, msgpack_array, parse_reserve, s_
+
+LUA = Path(__file__).with_name("lua")
+CONNECTION_RETRIES = (0.0, 0.05)  # pauses before the retries after a connection error
+SCRIPTS = ("reserve", "settle", "renew", "reap", "pause", "observe", "charge", "levels")
+
+
+def lua_source(name: str) -> str:
+    """An entry script with the shared library in front of it (what Redis runs)."""
+    if name in ("bootstrap", "noop"):
+        return (LUA / f"{name}.lua").read_text()
+    return (LUA / "lib.lua").read_text() + "\n" + (LUA / f"{name}.lua").read_text()
+
+
+class RedisReservationStore:
+    """``ReservationStore`` on one Redis primary (see quotas/store/README.md for Cluster)."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        prefix: str = "sy",
+        lease_seconds: float = 30.0,
+        max_lease_seconds: float | None = None,
+        retention_seconds: float = 300.0,
+        expire_limit: int = 16,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.lease_seconds = lease_seconds
+        self.max_lease_seconds = max_lease_seconds or lease_seconds
+        self.retention_seconds = retention_seconds
+        self.expire_limit = expire_limit
+        self._retention = repr(float(retention_seconds))
+        self._max_lease = repr(float(self.max_lease_seconds))
+        self._limit = str(expire_limit)
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(lua_source(name)) for name in (*SCRIPTS, "bootstrap")
+        }
+        self._bounds = BoundaryCache()
+        self._specs: dict[BucketSpec, tuple[Boundaries, tuple[bytes, str, str, str]]] = {}
+        self._epoch = epoch_key(prefix)
+        self._index = lease_index_key(prefix)
+        # Redis TIME minus the local clock, learned from replies: fixed-window boundaries are
+        # computed here for the server's "now" (the script then picks among four of them).
+        self._offset = 0.0
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        for pause in CONNECTION_RETRIES:
+            try:
+                return await self._run(name, keys, args)
+            except RedisConnectionError:
+                await asyncio.sleep(pause)
+        return await self._run(name, keys, args)
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        script = self._scripts[name]
+        try:
+            return await script(keys=keys, args=args)
+        except NoScriptError:
+            return await self.client.eval(script.script, len(keys), *keys, *args)  # type: ignore[arg-type]
+
+    def _local_now(self, now: float | None) -> float:
+        return time.time() + self._offset if now is None else now
+
+    def _learn_clock(self, server_now: float, now: float | None) -> None:
+        if now is None:
+            self._offset = server_now - time.time()
+
+    def _bucket(self, spec: BucketSpec, at: float) -> tuple[bytes, str, str, str]:
+        """The bucket's blob (its definition for Lua) and its three keys, cached per spec."""
+        x = self._bounds.numbers(spec, at)
+        cached = self._specs.get(spec)
+        if cached is not None and cached[0] == x:
+            return cached[1]
+        blob = msgpack_array(
+            [
+                spec.name,
+                spec.rule.value,
+                spec.dimension.value,
+                spec.capacity,
+                spec.period,
+                *x,
+                1 if spec.shadow else 0,
+            ]
+        )
+        entry = (
+            blob,
+            bucket_key(self.prefix, spec),
+            holders_key(self.prefix, spec),
+            pause_key(self.prefix, spec.scope),
+        )
+        if len(self._specs) > 4096:
+            self._specs.clear()
+        self._specs[spec] = (x, entry)
+        return entry
+
+    def _record_key(self, grant: Grant) -> str:
+        return record_key(self.prefix, grant.parts[0].bucket.scope, grant.reservation_id)
+
+    @staticmethod
+    def _clock_arg(now: float | None) -> str:
+        return "" if now is None else repr(now)
+
+    async def bootstrap(self) -> bool:
+        return bool(await self._call("bootstrap", [self._epoch], []))
+
+    def reserve_call(
+        self, reservation_id: str, buckets: Sequence[BucketSpec], demand: Usage
+    ) -> tuple[list[str], list[str | bytes]]:
+        """The KEYS and ARGV of one reserve call (the benchmark's no-op gets the same)."""
+        return self._reserve_call(
+            reservation_id, demand_parts(buckets, demand), None, float(self.lease_seconds)
+        )
+
+    def _reserve_call(
+        self,
+        reservation_id: str,
+        parts: Sequence[tuple[BucketSpec, float]],
+        now: float | None,
+        lease: float,
+    ) -> tuple[list[str], list[str | bytes]]:
+        at = self._local_now(now)
+        keys: list[str] = [
+            self._epoch,
+            record_key(self.prefix, parts[0][0].scope, reservation_id),
+            self._index,
+        ]
+        args: list[str | bytes] = [
+            self._clock_arg(now),
+            reservation_id,
+            repr(lease),
+            self._retention,
+            self._max_lease,
+            self._limit,
+            str(len(parts)),
+        ]
+        for spec, amount in parts:
+            blob, bkey, hkey, pkey = self._bucket(spec, at)
+            keys += (bkey, hkey, pkey)
+            args += (blob, repr(amount))
+        return keys, args
+
+    async def reserve(
+        self,
+        reservation_id: str,
+        buckets: Sequence[BucketSpec],
+        demand: Usage,
+        *,
+        now: float | None = None,
+        lease_seconds: float | None = None,
+    ) -> Grant | Refusal:
+        lease = float(self.lease_seconds if lease_seconds is None else lease_seconds)
+        parts = demand_parts(buckets, demand)
+        keys, args = self._reserve_call(reservation_id, parts, now, lease)
+        reply = await self._call("reserve", keys, args)
+        self._learn_clock(f_(reply[1]), now)
+        return parse_reserve(reservation_id, reply, parts, lease)
+
+    def _grant_call(self, grant: Grant, at: float) -> tuple[list[str], list[bytes]]:
+        keys = [self._epoch, self._record_key(grant), self._index]
+        blobs: list[bytes] = []
+        for p in grant.parts:
+            blob, bkey, hkey, _ = self._bucket(p.bucket, at)
+            keys += (bkey, hkey)
+            blobs.append(blob)
+        return keys, blobs
+
+    async def _settle(
+        self, grant: Grant, actual: Usage | None, now: float | None
+    ) -> ReconcileResult:
+        usage = actual or Usage(requests=0.0)
+        keys, blobs = self._grant_call(grant, self._local_now(now))
+        args: list[str | bytes] = [
+            self._clock_arg(now),
+            grant.reservation_id,
+            self._max_lease,
+            self._limit,
+            self._retention,
+            "1" if actual is None else "0",
+            repr(float(usage.requests)),
+            repr(float(usage.input_tokens)),
+            repr(float(usage.output_tokens)),
+            repr(usage.amount(Dimension.TOTAL_TOKENS)),
+            repr(float(usage.spend)),
+            str(len(blobs)),
+            *blobs,
+        ]
+        reply = await self._call("settle", keys, args)
+        self._learn_clock(f_(reply[1]), now)
+        settlements = []
+        for i in range(int(reply[2])):
+            row = reply[3 + 5 * i : 8 + 5 * i]
+            settlements.append(Settlement(s_(row[0]), *(f_(v) for v in row[1:])))
+        return ReconcileResult(
+            grant.reservation_id, Outcome(s_(reply[0])), f_(reply[1]), tuple(settlements)
+        )
+
+    async def reconcile(
+        self, grant: Grant, actual: Usage, *, now: float | None = None
+    ) -> ReconcileResult:
+        return await self._settle(grant, actual, now)
+
+    async def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
+        return await self._settle(grant, None, now)
+
+    async def renew(
+        self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None
+    ) -> RenewResult:
+        lease = self.lease_seconds if lease_seconds is None else lease_seconds
+        keys, blobs = self._grant_call(grant, self._local_now(now))
+        args: list[str | bytes] = [
+            self._clock_arg(now),
+            grant.reservation_id,
+            repr(float(lease)),
+            self._retention,
+            self._max_lease,
+            repr(grant.created_at),
+            str(len(blobs)),
+        ]
+        for blob, p in zip(blobs, grant.parts, strict=True):
+            args += (blob, repr(p.amount), repr(p.marker), "1" if p.skipped else "0")
+        reply = await self._call("renew", keys, args)
+        return RenewResult(grant.reservation_id, Outcome(s_(reply[0])), f_(reply[1]))
+
+    async def reap(self, *, now: float | None = None, limit: int = 100) -> list[ExpiredLease]:
+        args = [self._clock_arg(now), self._max_lease, str(limit), self._retention]
+        reply = await self._call("reap", [self._epoch, self._index], args)
+        expired: list[ExpiredLease] = []
+        at = 2
+        for _ in range(int(reply[1])):
+            rid, created, expires = s_(reply[at]), f_(reply[at + 1]), f_(reply[at + 2])
+            n = int(reply[at + 3])
+            taken = tuple((s_(reply[at + 4 + 2 * j]), f_(reply[at + 5 + 2 * j])) for j in range(n))
+            expired.append(ExpiredLease(rid, created, expires, taken))
+            at += 4 + 2 * n
+        return expired
+
+    async def pause(self, scope: str, until: float, *, now: float | None = None) -> float:
+        args = [self._clock_arg(now), self._max_lease, repr(float(until))]
+        return f_(await self._call("pause", [self._epoch, pause_key(self.prefix, scope)], args))
+
+    async def observe(
+        self,
+        bucket: BucketSpec,
+        *,
+        remaining: float,
+        reset_at: float = 0.0,
+        now: float | None = None,
+    ) -> float:
+        blob, bkey, hkey, _ = self._bucket(bucket, self._local_now(now))
+        args: list[str | bytes] = [
+            self._clock_arg(now),
+            self._max_lease,
+            self._limit,
+            blob,
+            repr(float(remaining)),
+            repr(float(reset_at)),
+        ]
+        return f_(await self._call("observe", [self._epoch, bkey, hkey], args))
+
+    async def charge(
+        self, parts: Sequence[tuple[BucketSpec, float]], *, now: float | None = None
+    ) -> None:
+        at = self._local_now(now)
+        keys = [self._epoch]
+        args: list[str | bytes] = [self._clock_arg(now), self._max_lease, self._limit]
+        args.append(str(len(parts)))
+        for spec, amount in parts:
+            blob, bkey, hkey, _ = self._bucket(spec, at)
+            keys += (bkey, hkey)
+            args += (blob, repr(float(amount)))
+        await self._call("charge", keys, args)
+
+    async def levels(
+        self, buckets: Sequence[BucketSpec], *, now: float | None = None
+    ) -> list[BucketLevel]:
+        at = self._local_now(now)
+        keys = [self._epoch]
+        args: list[str | bytes] = [self._clock_arg(now), self._max_lease, self._limit]
+        args.append(str(len(buckets)))
+        for spec in buckets:
+            blob, bkey, hkey, pkey = self._bucket(spec, at)
+            keys += (bkey, hkey, pkey)
+            args.append(blob)
+        reply = await self._call("levels", keys, args)
+        self._learn_clock(f_(reply[0]), now)
+        out = []
+        for i, spec in enumerate(buckets):
+            avail, full_at, paused = (f_(v) for v in reply[1 + 3 * i : 4 + 3 * i])
+            out.append(BucketLevel(spec.name, spec.capacity, avail, full_at, paused))
+        return out

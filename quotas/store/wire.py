@@ -1,0 +1,81 @@
+"""The wire format between the Redis store and its Lua scripts: bucket blobs and replies."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from quotas.core.model import BucketRefusal, BucketSpec, Grant, GrantPart, Reason, Refusal
+
+
+def msgpack_array(values: Sequence[str | float | int]) -> bytes:
+    """A msgpack array of short strings, small ints and doubles (read by Lua's cmsgpack)."""
+    out = bytearray([0x90 | len(values)])
+    for v in values:
+        if isinstance(v, str):
+            b = v.encode()
+            if len(b) < 32:
+                out.append(0xA0 | len(b))
+            else:
+                out += b"\xda" + struct.pack(">H", len(b))
+            out += b
+        elif isinstance(v, int) and 0 <= v < 128:
+            out.append(v)
+        else:
+            out += b"\xcb" + struct.pack(">d", float(v))
+    return bytes(out)
+
+
+def s_(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def f_(value: Any) -> float:
+    return float(s_(value))
+
+
+def refusals(reply: Sequence[Any], at: int) -> tuple[tuple[BucketRefusal, ...], int]:
+    count = int(reply[at])
+    rows = tuple(
+        BucketRefusal(
+            s_(reply[at + 1 + 3 * i]), Reason(s_(reply[at + 2 + 3 * i])), f_(reply[at + 3 + 3 * i])
+        )
+        for i in range(count)
+    )
+    return rows, at + 1 + 3 * count
+
+
+def parse_reserve(
+    reservation_id: str,
+    reply: Sequence[Any],
+    parts: Sequence[tuple[BucketSpec, float]],
+    lease: float,
+) -> Grant | Refusal:
+    tag = s_(reply[0])
+    now = f_(reply[1])
+    if tag == "G":  # a new grant: the buckets in the order asked, their amounts as asked
+        n = int(reply[2])
+        taken = []
+        for i, (spec, amount) in enumerate(parts):
+            skipped = reply[4 + 2 * i] in (b"1", "1")
+            marker = f_(reply[3 + 2 * i])
+            taken.append(GrantPart(spec, 0.0 if skipped else amount, marker, skipped))
+        shadow, _ = refusals(reply, 3 + 2 * n)
+        return Grant(reservation_id, now, now + lease, tuple(taken), shadow)
+    if tag == "R":
+        live, at = refusals(reply, 5)
+        shadow, _ = refusals(reply, at)
+        return Refusal(
+            reservation_id, now, s_(reply[2]), Reason(s_(reply[3])), f_(reply[4]), live, shadow
+        )
+    specs = {spec.name: spec for spec, _ in parts}
+    replayed = []
+    for i in range(int(reply[5])):
+        name, amount, marker, skipped = reply[6 + 4 * i : 10 + 4 * i]
+        known = specs.get(s_(name))
+        if known is not None:  # a replay names buckets as they were; ones since removed drop out
+            replayed.append(GrantPart(known, f_(amount), f_(marker), s_(skipped) == "1"))
+    return Grant(
+        reservation_id, f_(reply[2]), f_(reply[3]), tuple(replayed), (), True, s_(reply[4])
+    )

@@ -1,0 +1,258 @@
+"""One contract suite for both reservation stores (Redis + Lua, and the in-memory twin).
+
+Every test runs against both through the same synchronous adapter, on an explicit clock.
+The last test replays random operation sequences on both and demands identical results:
+the Lua and the pure core compute the same floats.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quotas.core.model import (
+    BucketSpec,
+    Dimension,
+    Grant,
+    Outcome,
+    Reason,
+    Refusal,
+    Rule,
+    Usage,
+    Window,
+)
+from tests.quotas.conftest import make_store
+
+T0 = 1_700_000_000.0
+RPM = BucketSpec("rpm", "key:1", Dimension.REQUESTS, Rule.REFILL, 3, 60)
+CONC = BucketSpec("conc", "app:web", Dimension.CONCURRENCY, Rule.CONCURRENCY, 2)
+DAY = BucketSpec(
+    "day",
+    "tenant:acme",
+    Dimension.TOTAL_TOKENS,
+    Rule.FIXED_WINDOW,
+    5000,
+    window=Window.DAY,
+    timezone="America/Los_Angeles",
+)
+SPEND = BucketSpec("spend", "tenant:acme", Dimension.SPEND, Rule.ROLLING_WINDOW, 10, period=18000)
+RAMP = BucketSpec("ramp", "provider:beta", Dimension.REQUESTS, Rule.RAMP, 3, period=60, factor=2)
+ITPM = BucketSpec("itpm", "provider:beta", Dimension.INPUT_TOKENS, Rule.REFILL, 20000, 60)
+ALL = [RPM, CONC, DAY, SPEND, RAMP, ITPM]
+DEMAND = Usage(input_tokens=1000, output_tokens=500, spend=1.5)
+
+
+def avail(store, buckets, now):
+    return [level.available for level in store.levels(buckets, now=now)]
+
+
+def test_it_grants_with_amounts_per_bucket_and_lease_times(store):
+    grant = store.reserve("r1", ALL, DEMAND, now=T0)
+    assert isinstance(grant, Grant)
+    assert (grant.created_at, grant.expires_at) == (T0, T0 + 30)
+    assert grant.taken() == {
+        "rpm": 1,
+        "conc": 1,
+        "day": 1500,
+        "spend": 1.5,
+        "ramp": 1,
+        "itpm": 1000,
+    }
+    assert avail(store, ALL, T0) == [2, 1, 3500, 8.5, 2, 19000]
+
+
+def test_it_takes_nothing_when_one_bucket_refuses(store):
+    store.reserve("r1", ALL, DEMAND, now=T0)
+    store.reserve("r2", ALL, DEMAND, now=T0)
+    before = avail(store, ALL, T0)
+    refusal = store.reserve("r3", ALL, DEMAND, now=T0)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.bucket, refusal.reason, refusal.retry_at) == (
+        "conc",
+        "bucket_exhausted",
+        T0 + 30,
+    )
+    assert avail(store, ALL, T0) == before
+
+
+def test_it_returns_the_same_grant_for_the_same_reservation_id(store):
+    first = store.reserve("same", ALL, DEMAND, now=T0)
+    again = store.reserve("same", ALL, DEMAND, now=T0 + 1)
+    assert isinstance(again, Grant) and again.replayed
+    assert (again.created_at, again.expires_at, again.taken()) == (
+        first.created_at,
+        first.expires_at,
+        first.taken(),
+    )
+    assert avail(store, [RPM, CONC], T0 + 1)[1] == 1  # taken once
+
+
+def test_it_reconciles_releasing_the_rest_and_charging_overage(store):
+    grant = store.reserve("r1", ALL, DEMAND, now=T0)
+    result = store.reconcile(
+        grant, Usage(input_tokens=3000, output_tokens=100, spend=0.5), now=T0 + 1
+    )
+    assert result.outcome is Outcome.RECONCILED
+    got = {s.bucket: (s.estimated, s.actual, s.released, s.charged) for s in result.settlements}
+    assert got["day"] == (1500, 3100, 0, 1600)
+    assert got["spend"] == (1.5, 0.5, 1.0, 0)
+    assert got["conc"] == (1, 0, 1, 0)
+    assert got["itpm"] == (1000, 3000, 0, 2000)
+    levels = avail(store, ALL, T0 + 1)
+    assert levels[1:4] == [2, 5000 - 3100, 9.5]
+
+
+def test_it_gives_everything_back_on_release(store):
+    store.reserve("r0", [DAY, SPEND, CONC], DEMAND, now=T0)
+    before = avail(store, [DAY, SPEND, CONC], T0)
+    grant = store.reserve("r1", [DAY, SPEND, CONC], DEMAND, now=T0)
+    assert store.release(grant, now=T0 + 1).outcome is Outcome.RELEASED
+    assert avail(store, [DAY, SPEND, CONC], T0 + 1) == before
+
+
+def test_it_settles_unknown_closed_and_expired_reservations_as_safe_noops(store):
+    grant = store.reserve("r1", ALL, DEMAND, now=T0)
+    ghost = Grant("never", T0, T0 + 30, grant.parts)
+    assert store.reconcile(ghost, DEMAND, now=T0).outcome is Outcome.UNKNOWN
+    assert store.release(grant, now=T0 + 1).outcome is Outcome.RELEASED
+    assert store.release(grant, now=T0 + 2).outcome is Outcome.CLOSED
+    late = store.reserve("r2", ALL, DEMAND, now=T0 + 2)
+    before = avail(store, [DAY], T0 + 40)
+    assert store.reconcile(late, Usage(input_tokens=9), now=T0 + 40).outcome is Outcome.EXPIRED
+    assert avail(store, [DAY], T0 + 40) == before  # the estimate stands
+
+
+def test_it_gives_back_abandoned_concurrency_lazily_and_through_reap(store):
+    store.reserve("a", [CONC, DAY], DEMAND, now=T0, lease_seconds=5)
+    store.reserve("b", [CONC, DAY], DEMAND, now=T0 + 1, lease_seconds=5)
+    assert isinstance(store.reserve("c", [CONC], DEMAND, now=T0 + 4), Refusal)
+    # At T0 + 5 the first lease ran out: the reserve script itself expires it.
+    assert isinstance(store.reserve("d", [CONC], DEMAND, now=T0 + 5, lease_seconds=5), Grant)
+    expired = store.reap(now=T0 + 6.5)
+    assert [e.reservation_id for e in expired] == ["a", "b"]
+    assert dict(expired[1].taken) == {"conc": 1, "day": 1500}
+    assert avail(store, [CONC, DAY], T0 + 6.5) == [1, 2000]  # estimates of a and b stand
+    assert store.reap(now=T0 + 7) == []
+
+
+def test_it_renews_a_lease_so_a_long_stream_keeps_its_slot(store):
+    grant = store.reserve("stream", [CONC], Usage(), now=T0, lease_seconds=5)
+    for t in (4, 8, 12):
+        renewed = store.renew(grant, now=T0 + t, lease_seconds=5)
+        assert (renewed.outcome, renewed.expires_at) == (Outcome.RENEWED, T0 + t + 5)
+    store.reserve("other", [CONC], Usage(), now=T0 + 13, lease_seconds=5)
+    assert isinstance(store.reserve("third", [CONC], Usage(), now=T0 + 14), Refusal)
+    assert store.renew(grant, now=T0 + 30, lease_seconds=5).outcome is Outcome.EXPIRED
+
+
+def test_it_refuses_a_paused_scope_with_the_pause_end(store):
+    assert store.pause("provider:beta", T0 + 12.5, now=T0) == T0 + 12.5
+    assert store.pause("provider:beta", T0 + 3, now=T0) == T0 + 12.5
+    refusal = store.reserve("r1", ALL, DEMAND, now=T0 + 1)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.bucket, refusal.reason, refusal.retry_at) == ("ramp", Reason.PAUSED, T0 + 12.5)
+    assert store.levels([ITPM], now=T0 + 1)[0].paused_until == T0 + 12.5
+    assert isinstance(store.reserve("r2", ALL, DEMAND, now=T0 + 12.5), Grant)
+
+
+def test_it_refuses_unsatisfiable_amounts_at_once(store):
+    refusal = store.reserve("big", ALL, Usage(input_tokens=30000), now=T0)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.bucket, refusal.reason) == ("day", Reason.UNSATISFIABLE)
+    assert math.isinf(refusal.retry_at)
+
+
+def test_it_lowers_a_bucket_from_provider_headers_but_never_raises_it(store):
+    assert store.observe(ITPM, remaining=5000, reset_at=T0 + 10, now=T0) == 5000
+    assert store.observe(ITPM, remaining=19000, now=T0) == 5000
+    # "full again in 55 s" means at most 20000 - 55 × 20000/60 now, whatever remaining says.
+    assert store.observe(ITPM, remaining=4000, reset_at=T0 + 55, now=T0) == 20000 - 55 * 20000 / 60
+    assert store.observe(DAY, remaining=1000, now=T0) == 1000
+    assert store.observe(DAY, remaining=4000, now=T0) == 1000
+
+
+def test_it_grants_conservatively_after_losing_its_state_then_learns(store):
+    conc_grant = store.reserve("inflight", [CONC, RPM], Usage(), now=T0, lease_seconds=5)
+    store.lose_state()
+    # One maximum lease (30 s) of learning: concurrency and windows refuse, refill starts empty.
+    refusal = store.reserve("new", [CONC], Usage(), now=T0 + 1)
+    assert isinstance(refusal, Refusal)
+    assert (refusal.reason, refusal.retry_at) == (Reason.RECOVERING, T0 + 1 + 30)
+    assert avail(store, [RPM], T0 + 1) == [0]
+    assert avail(store, [RPM], T0 + 21) == [1]
+    # The stream in flight renews: the store adopts its lease and counts its slot again.
+    assert store.renew(conc_grant, now=T0 + 4, lease_seconds=40).outcome is Outcome.ADOPTED
+    assert isinstance(store.reserve("n1", [CONC], Usage(), now=T0 + 31), Grant)
+    assert isinstance(store.reserve("n2", [CONC], Usage(), now=T0 + 31), Refusal)
+    assert store.release(conc_grant, now=T0 + 32).outcome is Outcome.RELEASED
+    assert isinstance(store.reserve("n3", [CONC], Usage(), now=T0 + 32), Grant)
+
+
+def test_it_charges_usage_that_bypassed_reservation(store):
+    store.charge([(DAY, 4000.0), (SPEND, 2.0), (RPM, 5.0)], now=T0)
+    assert avail(store, [DAY, SPEND, RPM], T0) == [1000, 8, -2]
+
+
+# -- the Lua and the core agree exactly -------------------------------------------------
+
+op = st.one_of(
+    st.tuples(st.just("reserve"), st.floats(0, 900), st.integers(0, 6000), st.floats(0, 4)),
+    st.tuples(st.just("reconcile"), st.floats(0, 60), st.integers(0, 9000), st.floats(0, 4)),
+    st.tuples(st.just("release"), st.floats(0, 60), st.just(0), st.just(0.0)),
+    st.tuples(st.just("renew"), st.floats(0, 30), st.just(0), st.just(0.0)),
+    st.tuples(st.just("reap"), st.floats(0, 120), st.just(0), st.just(0.0)),
+    st.tuples(st.just("observe"), st.floats(0, 30), st.integers(0, 25000), st.floats(0, 60)),
+    st.tuples(st.just("charge"), st.floats(0, 30), st.integers(0, 3000), st.floats(0, 3)),
+    st.tuples(st.just("lose"), st.floats(0, 30), st.just(0), st.just(0.0)),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(op, min_size=1, max_size=40), start=st.floats(0, 86400 * 3))
+def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
+    memory, _ = make_store("memory", runner, lease_seconds=20.0, retention_seconds=100.0)
+    redis_store, cleanup = make_store("redis", runner, lease_seconds=20.0, retention_seconds=100.0)
+    try:
+        now = 1_710_000_000.0 + start  # around the 2024 spring DST change
+        grants: list[Grant] = []
+        for i, (kind, gap, amount, extra) in enumerate(ops):
+            now += gap
+            results = []
+            for s in (memory, redis_store):
+                if kind == "reserve":
+                    demand = Usage(input_tokens=amount, output_tokens=amount / 2, spend=extra)
+                    results.append(s.reserve(f"r{i % 7}", ALL, demand, now=now))
+                elif kind in ("reconcile", "release", "renew") and grants:
+                    g = grants[-1 - i % min(3, len(grants))]
+                    if kind == "reconcile":
+                        usage = Usage(input_tokens=amount, output_tokens=amount / 3, spend=extra)
+                        results.append(s.reconcile(g, usage, now=now))
+                    elif kind == "release":
+                        results.append(s.release(g, now=now))
+                    else:
+                        results.append(s.renew(g, now=now, lease_seconds=20.0))
+                elif kind == "reap":
+                    results.append(s.reap(now=now, limit=3))
+                elif kind == "lose":
+                    s.lose_state()
+                elif kind == "observe":
+                    results.append(
+                        s.observe(
+                            ALL[i % len(ALL)], remaining=amount, reset_at=now + extra, now=now
+                        )
+                    )
+                elif kind == "charge":
+                    s.charge([(DAY, float(amount)), (SPEND, extra), (ITPM, float(amount))], now=now)
+                results.append(s.levels(ALL, now=now))
+            half = len(results) // 2
+            assert results[:half] == results[half:], (kind, i)
+            if kind == "reserve" and isinstance(results[0], Grant):
+                grants.append(results[0])
+    finally:
+        cleanup()
