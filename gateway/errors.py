@@ -5,13 +5,16 @@
     │   └── UnknownModel              404 model_not_found
     │   └── NotFound                  404 not_found — no such endpoint or record
     ├── MethodNotAllowed              405 method_not_allowed
+    ├── IdempotencyConflict           409 idempotency_conflict — that key was already accepted
     ├── BodyTooLarge                  413 request_too_large
     ├── AuthenticationFailed          401 invalid_api_key — unknown, revoked and expired alike
     ├── PermissionDenied              403 model_not_allowed — the key may not use this model
     ├── CapacityRefused               429 rate_limit_exceeded — refused, with Retry-After
     ├── UpstreamError                 502 upstream_error — the provider failed or answered garbage
     │   ├── UpstreamUnavailable       502 upstream_unavailable — could not connect
-    │   └── UpstreamTimeout           504 upstream_timeout
+    │   ├── UpstreamTimeout           504 upstream_timeout
+    │   ├── UpstreamRateLimited       429 upstream_rate_limited — every provider refused
+    │   └── UpstreamOverloaded        503 upstream_overloaded
     └── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
 
 The envelope is OpenAI's, so SDKs surface the message, plus Switchyard's ``reason`` code:
@@ -102,10 +105,22 @@ class PermissionDenied(GatewayError):
     code = "model_not_allowed"
 
 
+class IdempotencyConflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "idempotency_conflict"
+
+
 class CapacityRefused(GatewayError):
+    """The broker refused: the reason code names why, ``retry_after`` when to come back."""
+
     status = 429
     type = "rate_limit_error"
     code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, reason: str, retry_after: float | None) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
 
 
 class UpstreamError(GatewayError):
@@ -121,6 +136,16 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class UpstreamRateLimited(UpstreamError):
+    status = 429
+    code = "upstream_rate_limited"
+
+
+class UpstreamOverloaded(UpstreamError):
+    status = 503
+    code = "upstream_overloaded"
 
 
 class ServiceUnavailable(GatewayError):

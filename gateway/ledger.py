@@ -1,5 +1,6 @@
-"""The usage ledger, off the hot path: the proxy appends records to a Redis list; a Celery task
-claims them in batches and stores them as ``Generation`` rows (idempotent by id)."""
+"""The ledger, off the hot path: the proxy appends records to a Redis list; a Celery task claims
+them in batches and stores them — ``generation`` records as ``Generation`` rows (one per request),
+``reservation`` records as ``quotas.Reservation`` rows (C8) — idempotent by id."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from django.db import models
 
 from gateway import redis as sy_redis
 from gateway.models import Generation
+from quotas.models import Reservation
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +27,13 @@ STALE_CLAIM_SECONDS = 300.0
 _pending: set[asyncio.Task[Any]] = set()
 
 
-def ledger_record_later(record: dict[str, Any]) -> None:
+LEDGERS: dict[str, type[models.Model]] = {"generation": Generation, "reservation": Reservation}
+DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
+
+
+def ledger_record_later(kind: str, record: dict[str, Any]) -> None:
     """Queue one ledger record without making the response wait for Redis."""
-    task = asyncio.create_task(_push(record))
+    task = asyncio.create_task(_push({"kind": kind, **record}))
     _pending.add(task)
     task.add_done_callback(_pending.discard)
 
@@ -50,11 +57,16 @@ def ledger_flush(*, batch_size: int = 1000, now: float | None = None) -> int:
     items = script(keys=[sy_redis.key("ledger"), claim, claims], args=[batch_size, now])
     if not items:
         return 0
-    rows = [_generation(orjson.loads(item)) for item in items]
-    Generation.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+    rows: dict[str, list[models.Model]] = {kind: [] for kind in LEDGERS}
+    for item in items:
+        record = orjson.loads(item)
+        kind = record.pop("kind", "generation")
+        rows[kind].append(_row(LEDGERS[kind], record))
+    for kind, batch in rows.items():
+        LEDGERS[kind].objects.bulk_create(batch, ignore_conflicts=True, batch_size=500)
     client.delete(claim)
     client.zrem(claims, claim)
-    return len(rows)
+    return len(items)
 
 
 def _claim_return(client: Any, claim: bytes, claims: str) -> None:
@@ -67,10 +79,10 @@ def _claim_return(client: Any, claim: bytes, claims: str) -> None:
     pipe.execute()
 
 
-_FIELDS = {f.name for f in Generation._meta.get_fields()}
-
-
-def _generation(record: dict[str, Any]) -> Generation:
-    values = {name: value for name, value in record.items() if name in _FIELDS}
-    values["created_at"] = datetime.fromtimestamp(record["created_at"], tz=UTC)
-    return Generation(**values)
+def _row(model: type[models.Model], record: dict[str, Any]) -> models.Model:
+    fields = {f.name for f in model._meta.get_fields()}
+    values = {name: value for name, value in record.items() if name in fields}
+    for name in DATETIME_FIELDS:
+        if values.get(name) is not None:
+            values[name] = datetime.fromtimestamp(values[name], tz=UTC)
+    return model(**values)

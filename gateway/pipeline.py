@@ -1,90 +1,81 @@
 """The spine of one proxied request, top to bottom (SPEC C1–C7).
 
-    identity → parse → model → endpoint → dispatch → respond → ledger
+    identify → parse → model → workload → plan → ┌ admit (reserve, or wait fairly)
+                                                 │ dispatch
+                                                 │ reconcile
+                                                 └ decide: respond, retry, fall back, refuse
 
 Each step is one call into the app that owns it; nothing clever lives here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from gateway import ledger
+from gateway.admission import Admitted, admit
+from gateway.call import DEFAULT_WORKLOAD, Call
+from gateway.decision import decision_headers
+from gateway.dispatch import Attempt, attempt_send
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
-    CapacityRefused,
     GatewayError,
     InvalidRequest,
     PermissionDenied,
     ServiceUnavailable,
     UnknownModel,
-    UpstreamError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
     error_response,
 )
-from gateway.providers import adapter_for
-from gateway.providers.base import (
-    Adapter,
-    Classified,
-    Outcome,
-    RequestNotSupported,
-    SSEParser,
-    StreamError,
-    UpstreamRequest,
-    Usage,
-)
+from gateway.providers.base import Outcome, Usage
 from gateway.snapshot import Snapshot, holder
-from gateway.upstream import client_for
+from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
+from quotas.broker import Broker, actual_usage, broker_get
+from quotas.core.retry import Failure, Next, retry_decide
+from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
 from tenants.identity import Principal, bearer_secret
 
 PROVIDER_HEADER = "x-switchyard-provider"
 REQUEST_ID_HEADER = "x-request-id"
+WORKLOAD_HEADER = "x-switchyard-workload"
 
-
-@dataclass
-class Call:
-    """What we know about one logical request as it moves down the spine."""
-
-    id: str
-    started: float  # monotonic
-    created: float  # epoch seconds
-    principal: Principal | None = None
-    model: ModelEntry | None = None
-    endpoint: EndpointEntry | None = None
-    stream: bool = False
-    ttft: float | None = None
-    record: dict[str, Any] = field(default_factory=dict)
+# F1: provider outcomes → retry classes.
+FAILURES = {
+    Outcome.CAPACITY: Failure.CAPACITY,
+    Outcome.OVERLOAD: Failure.OVERLOAD,
+    Outcome.PROVIDER_ERROR: Failure.PROVIDER_ERROR,
+    Outcome.AUTH: Failure.PROVIDER_ERROR,  # our credential for that provider: try another
+    Outcome.POLICY: Failure.POLICY,
+    Outcome.REQUEST_ERROR: Failure.REQUEST_ERROR,
+}
 
 
 async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
-    call = Call(id=f"gen-{uuid.uuid4().hex}", started=time.monotonic(), created=time.time())
+    call = Call()
     try:
         snapshot = await _snapshot()
         call.principal = _identify(snapshot, request, call.created)
         body = _parse(request)
         call.model = _model(snapshot, call.principal, body["model"])
+        call.workload = _workload(snapshot, call.principal, request)
         call.stream = bool(body.get("stream"))
-        call.endpoint = _endpoint(call.model)
-        if call.stream:
-            return await _dispatch_stream(call, body)
-        return await _dispatch(call, body)
+        call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
+        candidates = _plan(call.model)
+        return await _serve(call, snapshot, body, candidates)
     except GatewayError as error:
-        _ledger(call, status=error.status, reason=error.reason)
-        return error_response(error, {REQUEST_ID_HEADER: call.id})
+        call.reason = error.reason
+        _record(call, status=error.status)
+        return error_response(error, _headers(call, retry_after=_retry_after(error)))
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:
@@ -138,185 +129,184 @@ def _model(snapshot: Snapshot, principal: Principal, slug: str) -> ModelEntry:
     return model
 
 
-def _endpoint(model: ModelEntry) -> EndpointEntry:
-    # The router (routing/) replaces this with a ranked plan; until then: the first endpoint.
-    return model.endpoints[0]
+def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) -> Workload:
+    """The app's workload class; a request may name another, but only a lighter one."""
+    workloads = snapshot.quotas.workloads
+    default = workloads.get(principal.workload, DEFAULT_WORKLOAD)
+    asked = request.headers.get(WORKLOAD_HEADER)
+    if asked and asked != default.name:
+        chosen = workloads.get(asked)
+        if chosen is None:
+            raise InvalidRequest(f"There is no workload class '{asked}'.", code="unknown_workload")
+        if chosen.weight > default.weight:
+            raise PermissionDenied(
+                f"This app may not send '{asked}' work (heavier than its class '{default.name}').",
+                code="workload_not_allowed",
+            )
+        return chosen
+    return default
 
 
-async def _dispatch(call: Call, body: dict[str, Any]) -> HttpResponse:
-    endpoint = _require(call.endpoint)
-    adapter = adapter_for(endpoint.provider.protocol)
-    wire = _wire_request(adapter, endpoint, body, stream=False)
-    client = client_for(endpoint.provider.base_url)
-    try:
-        response = await client.post(
-            wire.path, content=orjson.dumps(wire.json), headers=wire.headers
+def _plan(model: ModelEntry) -> list[EndpointEntry]:
+    # The router (routing/) replaces this with a ranked plan; until then: configured order.
+    return list(model.endpoints)
+
+
+async def _serve(
+    call: Call, snapshot: Snapshot, body: dict[str, Any], candidates: list[EndpointEntry]
+) -> HttpResponse | StreamingHttpResponse:
+    """Admit, dispatch, reconcile, and retry or fall back within one budget (F1–F5, G14)."""
+    broker = broker_get()
+    rng = random.Random()
+    model = _require_model(call)
+    while True:
+        admitted = await admit(call, snapshot, body, candidates, broker)
+        call.attempts += 1
+        attempt = await _dispatch(call, body, admitted, broker)
+        if attempt.ok:
+            if attempt.stream is not None:
+                return _stream_response(call, attempt, admitted, broker)
+            return await _complete(call, attempt, admitted, broker)
+        await broker.release(admitted.grant)
+        failure = attempt.failure
+        assert failure is not None and attempt.error is not None
+        retry_after = attempt.limits.retry_after
+        if failure.outcome is Outcome.CAPACITY and retry_after:
+            await broker.pause_provider(admitted.buckets, retry_after, time.time())
+        decision = retry_decide(
+            FAILURES[failure.outcome],
+            retries_used=call.attempts - 1,
+            retry_budget=call.workload.retry_budget,
+            retry_after=retry_after,
+            now=time.time(),
+            deadline=call.deadline,
+            expected_attempt_seconds=max(attempt.seconds, 0.05),
+            fallback_allowed=model.allow_fallbacks,
+            endpoints_left=len(candidates) - 1,
+            rng=rng,
         )
-    except httpx.TransportError as exc:
-        raise _transport_failure(endpoint, exc) from None
-    if response.status_code >= 400:
-        classified = adapter.classify(response.status_code, response.headers, response.content)
-        raise _upstream_failure(endpoint, classified, response)
-    try:
-        completion = adapter.parse_completion(
-            response.json(),
-            response_id=call.id,
-            model=_require(call.model).slug,
-            created=int(call.created),
-        )
-    except (ValueError, StreamError):
-        raise UpstreamError(
-            f"The provider '{endpoint.provider.name}' sent an invalid answer."
-        ) from None
-    call.ttft = time.monotonic() - call.started
-    usage = completion.usage or Usage()
+        call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
+        if decision.next is Next.GIVE_UP:
+            attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
+            raise attempt.error
+        if decision.next is Next.NEXT_ENDPOINT:
+            candidates = [e for e in candidates if e is not admitted.endpoint]
+        else:
+            await asyncio.sleep(decision.delay)
+
+
+async def _dispatch(
+    call: Call, body: dict[str, Any], admitted: Admitted, broker: Broker
+) -> Attempt:
+    call.endpoint = admitted.endpoint
+    send = attempt_send(
+        admitted.endpoint,
+        body,
+        stream=call.stream,
+        response_id=call.id,
+        model=_require_model(call).slug,
+        created=int(call.created),
+    )
+    if call.stream:  # the stream's own lease keeper starts with the relay
+        return await send
+    async with broker.held(admitted.grant):
+        return await send
+
+
+async def _complete(
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker
+) -> HttpResponse:
+    completion = attempt.completion
+    assert completion is not None
+    endpoint = admitted.endpoint
+    call.ttft = call.elapsed()
+    usage = completion.usage or admitted.estimated_usage()
+    cost = _cost(endpoint, usage)
+    await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    admitted.learn(usage)
+    broker.observe_later(admitted.buckets, attempt.limits)
     result = completion.body
     result["provider"] = endpoint.provider.name
-    result.setdefault("usage", usage.as_openai())["cost"] = _cost(endpoint, usage)
-    _ledger(call, status=200, usage=usage, finish_reason=completion.finish_reason)
-    return _json(result, headers=_served_headers(call))
+    result.setdefault("usage", usage.as_openai())["cost"] = cost
+    call.reason = "ok"
+    _record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
+    return _json(result, headers=_headers(call))
 
 
-async def _dispatch_stream(
-    call: Call, body: dict[str, Any]
-) -> HttpResponse | StreamingHttpResponse:
-    endpoint = _require(call.endpoint)
-    adapter = adapter_for(endpoint.provider.protocol)
-    wire = _wire_request(adapter, endpoint, body, stream=True)
-    client = client_for(endpoint.provider.base_url)
-    upstream_request = client.build_request(
-        "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
+def _stream_response(
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker
+) -> StreamingHttpResponse:
+    endpoint = admitted.endpoint
+    translator = attempt.adapter.stream_translator(
+        response_id=call.id, model=_require_model(call).slug, created=int(call.created)
     )
-    try:
-        response = await client.send(upstream_request, stream=True)
-    except httpx.TransportError as exc:
-        raise _transport_failure(endpoint, exc) from None
-    if response.status_code >= 400:
-        try:
-            content = await response.aread()
-        finally:
-            await response.aclose()
-        classified = adapter.classify(response.status_code, response.headers, content)
-        raise _upstream_failure(endpoint, classified, response)
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    translator = adapter.stream_translator(
-        response_id=call.id, model=_require(call.model).slug, created=int(call.created)
-    )
+    upstream = attempt.stream
+    assert upstream is not None
 
-    async def events() -> AsyncIterator[bytes]:
-        parser = SSEParser()
-        finished = False
-        status, reason = 200, ""
-        try:
-            async for raw in response.aiter_bytes():
-                for event in parser.feed(raw):
-                    for chunk in translator.feed(event):
-                        if call.ttft is None:
-                            call.ttft = time.monotonic() - call.started
-                        if chunk.get("usage") is not None and not chunk.get("choices"):
-                            if not include_usage:
-                                continue
-                            chunk["usage"]["cost"] = _cost(endpoint, translator.usage or Usage())
-                        chunk["provider"] = endpoint.provider.name
-                        yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-                if translator.done:
-                    break
-            finished = translator.done
-            if not finished:
-                status, reason = 502, "upstream_stream_incomplete"
-                yield _sse_error(UpstreamError("The provider ended the stream early."))
-            yield b"data: [DONE]\n\n"
-        except StreamError as exc:
-            status, reason = 502, exc.classified.outcome.value
-            yield _sse_error(
-                UpstreamError(f"The provider failed mid-stream: {exc.classified.message}")
-            )
-            yield b"data: [DONE]\n\n"
-        except httpx.TimeoutException:
-            status, reason = 504, "upstream_timeout"
-            yield _sse_error(UpstreamTimeout("The provider stopped sending."))
-            yield b"data: [DONE]\n\n"
-        except httpx.TransportError:
-            status, reason = 502, "upstream_unavailable"
-            yield _sse_error(UpstreamUnavailable("The connection to the provider broke."))
-            yield b"data: [DONE]\n\n"
-        finally:
-            # Runs on completion, on error and when the client disconnects (Django cancels
-            # this generator): closing the response cancels the upstream call.
-            await response.aclose()
-            cancelled = not finished and status == 200
-            _ledger(
-                call,
-                status=499 if cancelled else status,
-                reason="client_disconnected" if cancelled else reason,
-                usage=translator.usage,
-                finish_reason=translator.finish_reason,
-                cancelled=cancelled,
-            )
-
-    streaming = StreamingHttpResponse(events(), content_type="text/event-stream")
-    streaming["Cache-Control"] = "no-cache"
-    streaming["X-Accel-Buffering"] = "no"
-    for name, value in _served_headers(call).items():
-        streaming[name] = value
-    return streaming
-
-
-def _wire_request(
-    adapter: Adapter, endpoint: EndpointEntry, body: dict[str, Any], *, stream: bool
-) -> UpstreamRequest:
-    try:
-        return adapter.build_request(
-            body,
-            upstream_model=endpoint.upstream_model,
-            api_key=endpoint.provider.api_key,
-            stream=stream,
-            max_output=endpoint.max_output,
+    async def finish(end: StreamEnd) -> None:
+        call.ttft = end.ttft
+        call.reason = end.reason or "ok"
+        cost = _cost(endpoint, end.usage)
+        await broker.reconcile(admitted.grant, actual_usage(end.usage, cost))
+        if end.usage_reported:
+            admitted.learn(end.usage)
+        broker.observe_later(admitted.buckets, attempt.limits)
+        _record(
+            call,
+            status=end.status,
+            usage=end.usage,
+            finish_reason=end.finish_reason,
+            cancelled=end.status == 499,
         )
-    except RequestNotSupported as exc:
-        raise InvalidRequest(
-            f"The provider of this model cannot take this request: {exc}",
-            code="unsupported_by_provider",
-        ) from None
+
+    async def body() -> Any:
+        async with broker.held(admitted.grant):
+            async for part in relay(
+                upstream,
+                translator,
+                provider=endpoint.provider.name,
+                include_usage=bool(
+                    (admitted.body.get("stream_options") or {}).get("include_usage")
+                ),
+                estimated_input_tokens=admitted.demand.input_tokens,
+                started=call.started,
+                cost=lambda usage: _cost(endpoint, usage),
+                finish=finish,
+            ):
+                yield part
+
+    call.reason = "ok"
+    response = StreamingHttpResponse(body(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    for name, value in _headers(call).items():
+        response[name] = value
+    return response
 
 
-def _transport_failure(endpoint: EndpointEntry, exc: httpx.TransportError) -> GatewayError:
-    # A connect timeout is "could not reach" (502), like a refused connection; 504 is for a
-    # provider that took the request and then went quiet.
-    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
-        return UpstreamTimeout(f"The provider '{endpoint.provider.name}' did not answer in time.")
-    return UpstreamUnavailable(f"Could not reach the provider '{endpoint.provider.name}'.")
+def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
+    headers = {REQUEST_ID_HEADER: call.id}
+    if call.endpoint is not None and call.reason == "ok":
+        headers[PROVIDER_HEADER] = call.endpoint.provider.name
+    if call.principal is not None:
+        headers.update(
+            decision_headers(
+                reason=call.reason or "ok",
+                workload=call.workload.name,
+                attempts=call.attempts,
+                queue_wait=call.queue_wait,
+                states=call.bucket_states,
+                binding_bucket=call.binding_bucket,
+                retry_after=retry_after,
+                queue_id=call.queue_id,
+            )
+        )
+    return headers
 
 
-def _upstream_failure(
-    endpoint: EndpointEntry, classified: Classified, response: httpx.Response
-) -> GatewayError:
-    """What the caller sees when the provider refused or failed."""
-    message = (
-        f"The provider '{endpoint.provider.name}' answered {response.status_code}: "
-        f"{classified.message}"
-    )
-    reason = f"upstream_{classified.outcome.value}"
-    if classified.outcome in (Outcome.CAPACITY, Outcome.POLICY):
-        headers = {}
-        if retry_after := response.headers.get("retry-after"):
-            headers["Retry-After"] = retry_after
-        return CapacityRefused(message, reason=reason, headers=headers)
-    if classified.outcome is Outcome.REQUEST_ERROR:
-        return InvalidRequest(message, reason=reason, code="upstream_rejected_request")
-    if classified.outcome is Outcome.OVERLOAD:
-        error = UpstreamError(message, reason=reason, code="upstream_overloaded")
-        error.status = 503
-        return error
-    return UpstreamError(message, reason=reason)
-
-
-def _sse_error(error: GatewayError) -> bytes:
-    return b"data: " + orjson.dumps(error.envelope()) + b"\n\n"
-
-
-def _served_headers(call: Call) -> dict[str, str]:
-    return {PROVIDER_HEADER: _require(call.endpoint).provider.name, REQUEST_ID_HEADER: call.id}
+def _retry_after(error: GatewayError) -> float | None:
+    value = getattr(error, "retry_after", None)
+    return float(value) if value is not None else None
 
 
 def _cost(endpoint: EndpointEntry, usage: Usage) -> float:
@@ -330,11 +320,10 @@ def _cost(endpoint: EndpointEntry, usage: Usage) -> float:
     )
 
 
-def _ledger(
+def _record(
     call: Call,
     *,
     status: int,
-    reason: str = "",
     usage: Usage | None = None,
     finish_reason: str = "",
     cancelled: bool = False,
@@ -345,6 +334,7 @@ def _ledger(
     usage = usage or Usage()
     endpoint = call.endpoint
     ledger.ledger_record_later(
+        "generation",
         {
             "id": call.id,
             "created_at": call.created,
@@ -352,12 +342,12 @@ def _ledger(
             "team_id": principal.team_id,
             "app_id": principal.app_id,
             "api_key_id": principal.key_id,
-            "workload_class": principal.workload,
+            "workload_class": call.workload.name,
             "model": call.model.slug if call.model else "",
             "provider": endpoint.provider.name if endpoint else "",
             "upstream_model": endpoint.upstream_model if endpoint else "",
             "status": status,
-            "reason_code": reason,
+            "reason_code": call.reason,
             "finish_reason": finish_reason or "",
             "streamed": call.stream,
             "cancelled": cancelled,
@@ -365,9 +355,11 @@ def _ledger(
             "cached_input_tokens": usage.cached_input_tokens,
             "output_tokens": usage.output_tokens,
             "cost": _cost(endpoint, usage) if endpoint else 0.0,
-            "latency_ms": (time.monotonic() - call.started) * 1000,
+            "latency_ms": call.elapsed() * 1000,
             "ttft_ms": call.ttft * 1000 if call.ttft is not None else None,
-        }
+            "attempts": call.attempts,
+            "detail": {"explanation": call.explanation} if call.explanation else {},
+        },
     )
 
 
@@ -380,6 +372,6 @@ def _json(
     return response
 
 
-def _require(value: Any) -> Any:
-    assert value is not None
-    return value
+def _require_model(call: Call) -> ModelEntry:
+    assert call.model is not None
+    return call.model

@@ -173,6 +173,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
 UPSTREAM_CONNECT_TIMEOUT = env_float("UPSTREAM_CONNECT_TIMEOUT", 5.0)
 UPSTREAM_READ_TIMEOUT = env_float("UPSTREAM_READ_TIMEOUT", 120.0)
 UPSTREAM_MAX_CONNECTIONS = env_int("UPSTREAM_MAX_CONNECTIONS", 512)
+# Reservations are leases (C9): an abandoned one gives its concurrency back after this long;
+# long requests and streams renew theirs every third of it.
+RESERVATION_LEASE_SECONDS = env_float("RESERVATION_LEASE_SECONDS", 30.0)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
 

@@ -17,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from gateway import redis as sy_redis
+from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build
 
@@ -28,10 +29,16 @@ class Snapshot:
     version: int
     keys: KeyIndex
     catalogue: Catalogue
+    quotas: QuotaSnapshot
 
 
 def snapshot_build(version: int) -> Snapshot:
-    return Snapshot(version=version, keys=key_index_build(), catalogue=catalogue_build())
+    return Snapshot(
+        version=version,
+        keys=key_index_build(),
+        catalogue=catalogue_build(),
+        quotas=quota_snapshot_build(),
+    )
 
 
 class SnapshotHolder:

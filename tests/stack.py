@@ -113,6 +113,7 @@ class Stack:
             self._create_database()
             self.manage("migrate", "--noinput")
             self.manage("loadconfig", str(self._config_with_ports()))
+            self.manage("broker_bootstrap")
             self._start_gateway()
             if self.celery:
                 self._start_celery()

@@ -1,0 +1,53 @@
+"""What the gateway knows about one logical request as it moves down the spine."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from gateway.decision import BucketState
+from quotas.core.model import Grant
+from quotas.snapshot import Workload
+from routing.catalogue import EndpointEntry, ModelEntry
+from tenants.identity import Principal
+
+# Used when an app has no workload class and the configuration defines none of that name.
+DEFAULT_WORKLOAD = Workload(
+    name="default",
+    deadline_seconds=10.0,
+    max_queue_depth=100,
+    overload_action="reject",
+    weight=1.0,
+    retry_budget=2,
+)
+
+
+@dataclass
+class Call:
+    id: str = field(default_factory=lambda: f"gen-{uuid.uuid4().hex}")
+    started: float = field(default_factory=time.monotonic)  # monotonic, for durations
+    created: float = field(default_factory=time.time)  # epoch, for deadlines and records
+    principal: Principal | None = None
+    model: ModelEntry | None = None
+    workload: Workload = DEFAULT_WORKLOAD
+    stream: bool = False
+    idempotency_key: str = ""
+    endpoint: EndpointEntry | None = None  # the endpoint of the current (or last) attempt
+    grant: Grant | None = None  # the current attempt's reservation
+    admissions: int = 0  # reservations asked for (each has its own id)
+    bucket_states: list[BucketState] = field(default_factory=list)  # tenant side, for H1
+    binding_bucket: str = ""  # public name of the bucket that refused (H1)
+    queue_id: str = ""
+    attempts: int = 0  # upstream attempts made (F4 budget: attempts − 1 retries)
+    queue_wait: float = 0.0  # seconds spent waiting for capacity
+    ttft: float | None = None
+    reason: str = ""  # Switchyard's reason code for the outcome
+    explanation: list[str] = field(default_factory=list)  # why endpoints were passed over
+
+    @property
+    def deadline(self) -> float:
+        return self.created + self.workload.deadline_seconds
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started

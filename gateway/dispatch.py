@@ -1,0 +1,143 @@
+"""One upstream attempt (SPEC C5): send the request to an endpoint, classify what came back.
+
+No retries here (F4): the pipeline decides what happens after a failure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    UpstreamError,
+    UpstreamOverloaded,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.providers import adapter_for
+from gateway.providers.base import (
+    Adapter,
+    Classified,
+    Completion,
+    Outcome,
+    RateLimitInfo,
+    RequestNotSupported,
+    StreamError,
+)
+from gateway.upstream import client_for
+from routing.catalogue import EndpointEntry
+
+
+@dataclass
+class Attempt:
+    """What one attempt produced: a completion, an open stream, or a classified failure."""
+
+    endpoint: EndpointEntry
+    adapter: Adapter
+    limits: RateLimitInfo = field(default_factory=RateLimitInfo)
+    completion: Completion | None = None
+    stream: httpx.Response | None = None
+    failure: Classified | None = None
+    error: GatewayError | None = None  # what the caller sees if this failure is the last word
+    seconds: float = 0.0  # until the answer (or its first byte, for streams)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+async def attempt_send(
+    endpoint: EndpointEntry,
+    body: dict[str, Any],
+    *,
+    stream: bool,
+    response_id: str,
+    model: str,
+    created: int,
+) -> Attempt:
+    adapter = adapter_for(endpoint.provider.protocol)
+    attempt = Attempt(endpoint=endpoint, adapter=adapter)
+    name = endpoint.provider.name
+    try:
+        wire = adapter.build_request(
+            body,
+            upstream_model=endpoint.upstream_model,
+            api_key=endpoint.provider.api_key,
+            stream=stream,
+            max_output=endpoint.max_output,
+        )
+    except RequestNotSupported as exc:
+        return _failed(
+            attempt,
+            Classified(Outcome.REQUEST_ERROR, str(exc)),
+            InvalidRequest(
+                f"The provider '{name}' cannot take this request: {exc}",
+                code="unsupported_by_provider",
+            ),
+        )
+    client = client_for(endpoint.provider.base_url)
+    request = client.build_request(
+        "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
+    )
+    started = time.monotonic()
+    try:
+        response = await client.send(request, stream=stream)
+    except httpx.TransportError as exc:
+        attempt.seconds = time.monotonic() - started
+        # A connect timeout is "could not reach" (502), like a refused connection; 504 is for
+        # a provider that took the request and then went quiet.
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+            error: GatewayError = UpstreamTimeout(f"The provider '{name}' did not answer in time.")
+        else:
+            error = UpstreamUnavailable(f"Could not reach the provider '{name}'.")
+        return _failed(
+            attempt, Classified(Outcome.PROVIDER_ERROR, str(exc) or error.message), error
+        )
+    attempt.seconds = time.monotonic() - started
+    attempt.limits = adapter.rate_limits(response.headers, now=time.time())
+    if response.status_code >= 400:
+        try:
+            content = await response.aread()
+        finally:
+            await response.aclose()
+        classified = adapter.classify(response.status_code, response.headers, content)
+        return _failed(attempt, classified, _caller_error(name, response.status_code, classified))
+    if stream:
+        attempt.stream = response
+        return attempt
+    try:
+        attempt.completion = adapter.parse_completion(
+            response.json(), response_id=response_id, model=model, created=created
+        )
+    except (ValueError, StreamError):
+        classified = Classified(Outcome.PROVIDER_ERROR, "invalid answer")
+        return _failed(
+            attempt, classified, UpstreamError(f"The provider '{name}' sent an invalid answer.")
+        )
+    return attempt
+
+
+def _failed(attempt: Attempt, classified: Classified, error: GatewayError) -> Attempt:
+    attempt.failure = classified
+    attempt.error = error
+    return attempt
+
+
+def _caller_error(provider: str, status: int, classified: Classified) -> GatewayError:
+    """What the caller sees when this provider failure ends the request."""
+    message = f"The provider '{provider}' answered {status}: {classified.message}"
+    reason = f"upstream_{classified.outcome.value}"
+    if classified.outcome is Outcome.REQUEST_ERROR:
+        return InvalidRequest(message, reason=reason, code="upstream_rejected_request")
+    if classified.outcome is Outcome.OVERLOAD:
+        return UpstreamOverloaded(message, reason=reason)
+    if classified.outcome in (Outcome.CAPACITY, Outcome.POLICY):
+        return UpstreamRateLimited(message, reason=reason)
+    return UpstreamError(message, reason=reason)

@@ -1,0 +1,116 @@
+"""Relaying a provider stream to the client as OpenAI chunks (SPEC C10).
+
+The reservation holds the maximum output while the stream runs (its lease renewed); when the
+stream ends — completed, failed, or cut by a client that went away — the actual usage is
+reconciled and the unused part released. A client disconnect cancels this generator (Django
+does that), which closes the upstream response and so cancels the provider's work.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.providers.base import SSEParser, StreamError, StreamTranslator, Usage
+from quotas.core.estimate import CHARS_PER_TOKEN
+
+
+@dataclass
+class StreamEnd:
+    """How a relayed stream ended, for reconciliation and the ledger."""
+
+    usage: Usage
+    usage_reported: bool  # False: the stream was cut before the provider's usage chunk
+    finish_reason: str
+    status: int  # 200, or 499 client gone, 502 / 504 provider failure mid-stream
+    reason: str
+    ttft: float | None
+
+
+async def relay(
+    response: httpx.Response,
+    translator: StreamTranslator,
+    *,
+    provider: str,
+    include_usage: bool,
+    estimated_input_tokens: int,
+    started: float,
+    cost: Callable[[Usage], float],
+    finish: Callable[[StreamEnd], Awaitable[None]],
+) -> AsyncIterator[bytes]:
+    parser = SSEParser()
+    ttft: float | None = None
+    streamed_chars = 0
+    status, reason, completed = 200, "", False
+    try:
+        async for raw in response.aiter_bytes():
+            for event in parser.feed(raw):
+                for chunk in translator.feed(event):
+                    if ttft is None:
+                        ttft = time.monotonic() - started
+                    if chunk.get("usage") is not None and not chunk.get("choices"):
+                        if not include_usage:
+                            continue
+                        chunk["usage"]["cost"] = cost(translator.usage or Usage())
+                    streamed_chars += _content_chars(chunk)
+                    chunk["provider"] = provider
+                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            if translator.done:
+                break
+        completed = translator.done
+        if not completed:
+            status, reason = 502, "upstream_stream_incomplete"
+            yield _sse_error(UpstreamError("The provider ended the stream early."))
+        yield b"data: [DONE]\n\n"
+    except StreamError as exc:
+        status, reason = 502, f"upstream_{exc.classified.outcome.value}"
+        yield _sse_error(UpstreamError(f"The provider failed mid-stream: {exc.classified.message}"))
+        yield b"data: [DONE]\n\n"
+    except httpx.TimeoutException:
+        status, reason = 504, "upstream_timeout"
+        yield _sse_error(UpstreamTimeout("The provider stopped sending."))
+        yield b"data: [DONE]\n\n"
+    except httpx.TransportError:
+        status, reason = 502, "upstream_unavailable"
+        yield _sse_error(UpstreamUnavailable("The connection to the provider broke."))
+        yield b"data: [DONE]\n\n"
+    finally:
+        await response.aclose()
+        if status == 200 and not completed:
+            status, reason = 499, "client_disconnected"
+        usage = translator.usage
+        await finish(
+            StreamEnd(
+                # Cut before the usage chunk: the provider still charged for what it made.
+                usage=usage
+                or Usage(
+                    input_tokens=estimated_input_tokens,
+                    output_tokens=math.ceil(streamed_chars / CHARS_PER_TOKEN),
+                ),
+                usage_reported=usage is not None,
+                finish_reason=translator.finish_reason or "",
+                status=status,
+                reason=reason,
+                ttft=ttft,
+            )
+        )
+
+
+def _content_chars(chunk: dict) -> int:
+    count = 0
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        count += len(delta.get("content") or "")
+        for call in delta.get("tool_calls") or ():
+            count += len((call.get("function") or {}).get("arguments") or "")
+    return count
+
+
+def _sse_error(error: GatewayError) -> bytes:
+    return b"data: " + orjson.dumps(error.envelope()) + b"\n\n"

@@ -1,0 +1,152 @@
+"""Guards on top of the routing cost (SPEC G7, G8, G10): breaker, quality flag, backoff, cap, floor.
+
+The cap is learned in ``stats`` (it changes with every 429 and answer); here it becomes a bound
+on a share: an endpoint with cap κ (attempts/s) may take at most κ/R of a model whose endpoints
+take R attempts/s together. ``fill`` then finds shares proportional to the weights within the
+per-endpoint bounds [floor, cap], summing to 1: what a capped endpoint cannot take goes to the
+others in proportion to their weights, and what the floors need comes from everyone above them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from routing.core.parameters import RoutingParameters
+from routing.core.stats import median
+
+
+def far_above_peers(values: list[float], ratio: float, margin: float) -> list[bool]:
+    """For each value: is it above ``ratio`` × the median of the others + ``margin``?"""
+    flags = []
+    for i, value in enumerate(values):
+        peers = values[:i] + values[i + 1 :]
+        if not peers:
+            flags.append(False)
+            continue
+        flags.append(value > ratio * median(peers, 0.0) + margin)
+    return flags
+
+
+def breaker_open(fault_rates: list[float], params: RoutingParameters) -> list[bool]:
+    """G7: endpoints whose fault rate is far above their peers' get probe traffic only."""
+    return far_above_peers(fault_rates, params.breaker_ratio, params.breaker_margin)
+
+
+def quality_flagged(bad_rates: list[float], params: RoutingParameters) -> list[bool]:
+    """G8: endpoints whose bad-output rate is far above their peers' get probe traffic only."""
+    return far_above_peers(bad_rates, params.quality_flag_ratio, params.quality_flag_margin)
+
+
+def backoff_multiplier(
+    recent_failure_rate: float, expected_failure_rate: float, params: RoutingParameters
+) -> float:
+    """G10 backoff: a weight multiplier that drops with recent faults and 429s, recovers in time.
+
+    ``recent_failure_rate`` is the short-window fraction of failed attempts (its decayed sums
+    fade with backoff_half_life_s, so the multiplier returns to 1 by itself).
+    """
+    excess = recent_failure_rate - expected_failure_rate - params.backoff_tolerance
+    if excess <= 0.0:
+        return 1.0
+    return max(params.backoff_min, math.exp(-params.backoff_strength * excess))
+
+
+def cap_share(cap_rps: float, model_rate: float) -> float:
+    """The largest share an endpoint with this cap may take of the model's attempt rate."""
+    if cap_rps <= 0.0 or model_rate <= 0.0:
+        return 1.0
+    return min(1.0, cap_rps / model_rate)
+
+
+def fill(weights: list[float], lower: list[float], upper: list[float]) -> list[float]:
+    """Shares x_i = clip(c·w_i, lower_i, upper_i) with Σx = 1 (lower ≤ upper assumed).
+
+    If even the upper bounds add up to less than 1 (every endpoint at its cap) the excess is
+    spread in proportion to the caps; if the lower bounds exceed 1 they are scaled down.
+    """
+    total_w = sum(weights)
+    if total_w > 1e-200:
+        c = 1.0 / total_w
+        shares = [c * w for w in weights]
+        if all(
+            lo <= x <= hi for x, lo, hi in zip(shares, lower, upper, strict=True)
+        ):  # the common case: no bound binds
+            return shares
+    # Weights relative to the largest; one below 1e-12 of it is none (the floor covers it), so
+    # no breakpoint lo/w or hi/w can overflow.
+    top = max(weights, default=0.0)
+    weights = [w / top if w > 1e-12 * top else 0.0 for w in weights] if top > 0.0 else weights
+    total_w = sum(weights)
+    sum_lo, sum_hi = sum(lower), sum(upper)
+    if sum_hi <= 1.0 or total_w <= 0.0:
+        base = upper if sum_hi <= 1.0 else lower
+        total = sum(base)
+        if total <= 0.0:
+            return [1.0 / len(weights)] * len(weights)
+        return [b / total for b in base]
+    if sum_lo >= 1.0:
+        return [lo / sum_lo for lo in lower]
+    reach = sum(hi if w > 0.0 else lo for w, lo, hi in zip(weights, lower, upper, strict=True))
+    if reach < 1.0:  # weighted endpoints all capped: the rest goes where there is room
+        room = sum(hi - lo for w, lo, hi in zip(weights, lower, upper, strict=True) if w <= 0.0)
+        spare = (1.0 - reach) / room
+        return [
+            hi if w > 0.0 else lo + spare * (hi - lo)
+            for w, lo, hi in zip(weights, lower, upper, strict=True)
+        ]
+    return _active_set(weights, lower, upper)
+
+
+def _active_set(weights: list[float], lower: list[float], upper: list[float]) -> list[float]:
+    # f(c) = Σ clip(c·w_i, lo_i, hi_i) rises with c; the solution c* has f(c*) = 1. At a trial c
+    # (the free weights scaled to fill what is left), if clipping makes f(c) > 1 then c* < c, so
+    # every endpoint below its floor at c stays below it at c*: fix those. If f(c) < 1, c* > c
+    # and the endpoints above their cap stay above: fix those. Each round fixes at least one
+    # endpoint; in practice one or two rounds.
+    shares = list(lower)
+    fixed = 0.0
+    free = []
+    for i, w in enumerate(weights):
+        if w > 0.0:
+            free.append(i)
+        else:
+            fixed += lower[i]
+    c = 0.0
+    while free:
+        free_w = 0.0
+        for i in free:
+            free_w += weights[i]
+        c = (1.0 - fixed) / free_w
+        low, high, total = [], [], fixed
+        for i in free:
+            x = c * weights[i]
+            if x < lower[i]:
+                low.append(i)
+                total += lower[i]
+            elif x > upper[i]:
+                high.append(i)
+                total += upper[i]
+            else:
+                total += x
+        if not low and not high:
+            break
+        if total > 1.0 + 1e-12 and low:
+            settle, bound = low, lower
+        elif total < 1.0 - 1e-12 and high:
+            settle, bound = high, upper
+        else:  # f(c) = 1 up to rounding: c is the answer for everyone
+            for i in low:
+                shares[i], fixed = lower[i], fixed + lower[i]
+            for i in high:
+                shares[i], fixed = upper[i], fixed + upper[i]
+            settled = set(low) | set(high)
+            free = [i for i in free if i not in settled]
+            break
+        for i in settle:
+            shares[i] = bound[i]
+            fixed += bound[i]
+        settled = set(settle)
+        free = [i for i in free if i not in settled]
+    for i in free:
+        shares[i] = c * weights[i]
+    return shares

@@ -1,0 +1,377 @@
+"""The attempt plan (SPEC G1–G14): which endpoints to try, in which order, and why.
+
+Per model: estimate the request's tokens (G2), drop endpoints that cannot serve it (context
+window, max output, provider filters, max_price, require_parameters), price every candidate by
+routing cost, order them by the chosen strategy (routing-cost shares with a weighted random
+draw, a sort, the client's ``order``, or the price-only baseline), keep a warm conversation where
+it is (G12) and move deprioritised endpoints last. Fallback models follow in request order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from routing.core.catalogue import EndpointConfig
+from routing.core.eligibility import candidates
+from routing.core.guards import fill
+from routing.core.legacy import price_only_order
+from routing.core.overrides import (
+    ProviderPreferences,
+    model_suffix_split,
+    strategy_choose,
+)
+from routing.core.shares import band_weights, weighted_order
+from routing.core.sticky import StickyState, sticky_decide
+from routing.core.table import ModelTable
+
+NO_PREFERENCES = ProviderPreferences()
+CHECKED_FEATURES = frozenset({"tools", "response_format"})
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRequest:
+    """What the router needs from a request; token counts None = estimate from traffic (G2)."""
+
+    model: str  # may carry a :floor / :nitro suffix
+    input_tokens: float | None = None
+    output_tokens: float | None = None
+    max_tokens: int | None = None
+    features: frozenset[str] = frozenset()  # tools, response_format, stream, …
+    provider: ProviderPreferences = NO_PREFERENCES
+    models: tuple[str, ...] = ()  # fallback models, tried after ``model``
+    tenant_sort: str | None = None
+    sticky: StickyState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Endpoints to try in order (G14), with what the G15 explanation header needs."""
+
+    attempts: tuple[EndpointConfig, ...]
+    costs: tuple[float, ...]  # routing cost (USD per good answer) of each attempt
+    strategy: str
+    sticky: bool = False
+    sticky_reason: str = ""  # why a pinned conversation stayed or moved
+    refused: tuple[tuple[str, str], ...] = ()  # (endpoint or model id, reason): not planned
+    demoted: tuple[tuple[str, str], ...] = ()  # (endpoint id, reason): planned, but last
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+
+
+TableLookup = Callable[[str, float], ModelTable | None]
+
+
+def plan_build(
+    request: RoutingRequest,
+    table_for: TableLookup,
+    *,
+    now: float,
+    rng: random.Random,
+    default_strategy: str = "routing_cost",
+) -> Plan:
+    """Plan a request over its model and fallback models (provider fallback first, G13/G14)."""
+    prefs = request.provider
+    slugs = [request.model, *(m for m in request.models if m != request.model)]
+    if len(slugs) > 1 and prefs.sort_partition == "none" and not prefs.order:
+        return _plan_unpartitioned(request, slugs, table_for, now=now, rng=rng)
+    attempts: list[EndpointConfig] = []
+    costs: list[float] = []
+    refused: list[tuple[str, str]] = []
+    demoted: list[tuple[str, str]] = []
+    first: _ModelPart | None = None
+    strategy = default_strategy
+    for n, slug in enumerate(slugs):
+        base, suffix_sort = model_suffix_split(slug)
+        table = table_for(base, now)
+        if table is None:
+            refused.append((slug, "unknown_model"))
+            continue
+        model_strategy = strategy_choose(prefs, suffix_sort, request.tenant_sort, default_strategy)
+        part = _model_part(table, request, model_strategy, now, rng, sticky_allowed=n == 0)
+        if first is None:
+            first, strategy = part, model_strategy
+        attempts.extend(table.endpoints[i] for i in part.order)
+        costs.extend(part.costs[i] for i in part.order)
+        refused.extend(part.refused)
+        demoted.extend(part.demoted)
+    return Plan(
+        attempts=tuple(attempts),
+        costs=tuple(costs),
+        strategy=strategy,
+        sticky=first.sticky if first else False,
+        sticky_reason=first.sticky_reason if first else "",
+        refused=tuple(refused),
+        demoted=tuple(demoted),
+        input_tokens=first.input_tokens if first else 0.0,
+        output_tokens=first.output_tokens if first else 0.0,
+    )
+
+
+class _ModelPart:
+    __slots__ = (
+        "costs",
+        "demoted",
+        "input_tokens",
+        "order",
+        "output_tokens",
+        "refused",
+        "sticky",
+        "sticky_reason",
+    )
+
+    def __init__(self) -> None:
+        self.order: list[int] = []  # indices into table.endpoints
+        self.costs: dict[int, float] = {}
+        self.refused: list[tuple[str, str]] = []
+        self.demoted: list[tuple[str, str]] = []
+        self.sticky = False
+        self.sticky_reason = ""
+        self.input_tokens = 0.0
+        self.output_tokens = 0.0
+
+
+def _model_part(
+    table: ModelTable,
+    request: RoutingRequest,
+    strategy: str,
+    now: float,
+    rng: random.Random,
+    *,
+    sticky_allowed: bool,
+) -> _ModelPart:
+    part = _ModelPart()
+    figures = table.figures
+    assert figures is not None
+    tokens_in = request.input_tokens if request.input_tokens is not None else figures.input_tokens
+    tokens_out = (
+        request.output_tokens if request.output_tokens is not None else figures.output_tokens
+    )
+    if request.max_tokens is not None and tokens_out > request.max_tokens:
+        tokens_out = float(request.max_tokens)
+    tokens_out = max(tokens_out, 1.0)  # an answer has at least one token; keeps speeds finite
+    part.input_tokens, part.output_tokens = tokens_in, tokens_out
+    part.refused.extend(table.refused)
+    prefs = request.provider
+    cand = candidates(
+        table,
+        prefs,
+        request.features,
+        tokens_in,
+        request.max_tokens,
+        part.refused,
+        plain=prefs is NO_PREFERENCES,
+    )
+    if not cand:
+        return part
+    inv = table.inv_checked if request.features & CHECKED_FEATURES else table.inv_plain
+    ci, co, cc = table.coef_in, table.coef_out, table.coef_const
+    costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
+    part.costs = dict(zip(cand, costs, strict=True))
+    if strategy == "routing_cost":
+        order = _routing_cost_order(table, cand, costs, rng)
+    elif strategy == "price_only":
+        prices = [table.endpoints[i].price_input for i in cand]
+        outage = [table.legacy_outage[i] for i in cand]
+        order = [cand[k] for k in price_only_order(prices, outage, rng)]
+    elif strategy == "order":
+        order = _client_order(table, cand, prefs, tokens_in, tokens_out, part.refused)
+    else:
+        order = _sorted(table, cand, strategy, tokens_in, tokens_out)
+    if sticky_allowed and request.sticky is not None and strategy in ("routing_cost", "price_only"):
+        order = _stick(table, request.sticky, order, part, now, rng, strategy)
+    if strategy != "price_only":  # the old router knows no breaker or quality flag
+        for i in order:
+            if table.demoted[i]:
+                part.demoted.append((table.endpoints[i].id, table.demoted[i]))
+    if prefs.preferred_min_throughput is not None or prefs.preferred_max_latency is not None:
+        order = _deprioritise(table, order, prefs, tokens_out, part.demoted, part.sticky)
+    if not prefs.allow_fallbacks and strategy != "order":
+        order = order[:1]
+    part.order = order
+    return part
+
+
+def _routing_cost_order(
+    table: ModelTable, cand: list[int], costs: list[float], rng: random.Random
+) -> list[int]:
+    if len(cand) == len(table.endpoints):
+        mult, lower, upper = table.multiplier, table.lower, table.upper
+    else:
+        mult = [table.multiplier[i] for i in cand]
+        lower = [table.lower[i] for i in cand]
+        upper = [table.upper[i] for i in cand]
+    shares = fill(band_weights(costs, mult, table.params), lower, upper)
+    return [cand[k] for k in weighted_order(shares, rng)]
+
+
+def _sort_key(
+    table: ModelTable, i: int, strategy: str, tokens_in: float, tokens_out: float
+) -> float:
+    if strategy == "price":  # effective price (G3), not the listed one
+        per_in, per_out = table.price_per_token(i)
+        return per_in * tokens_in + per_out * tokens_out
+    if strategy == "throughput":
+        return -table.e2e_tokens_per_s(i, tokens_out)
+    if strategy == "latency":
+        return table.estimates[i].ttft_s
+    raise ValueError(f"unknown routing strategy {strategy!r}")
+
+
+def _sorted(
+    table: ModelTable, cand: list[int], strategy: str, tokens_in: float, tokens_out: float
+) -> list[int]:
+    # Endpoints behind a breaker or quality flag go last even under an explicit sort.
+    return sorted(
+        cand,
+        key=lambda i: (
+            table.demoted[i] != "",
+            _sort_key(table, i, strategy, tokens_in, tokens_out),
+        ),
+    )
+
+
+def _client_order(
+    table: ModelTable,
+    cand: list[int],
+    prefs: ProviderPreferences,
+    tokens_in: float,
+    tokens_out: float,
+    refused: list[tuple[str, str]],
+) -> list[int]:
+    allowed = set(cand)
+    listed: list[int] = []
+    for slug in prefs.order:
+        i = table.index.get(slug)
+        if i is not None and i in allowed and i not in listed:
+            listed.append(i)
+    rest = [i for i in cand if i not in listed]
+    if not prefs.allow_fallbacks:
+        refused.extend((table.endpoints[i].id, "not_in_order") for i in rest)
+        return listed
+    # After the client's order, the rest go by price, as before the routing-cost router.
+    return listed + _sorted(table, rest, "price", tokens_in, tokens_out)
+
+
+def _stick(
+    table: ModelTable,
+    state: StickyState,
+    order: list[int],
+    part: _ModelPart,
+    now: float,
+    rng: random.Random,
+    strategy: str,
+) -> list[int]:
+    i = table.index.get(state.endpoint_id)
+    if i is None or i not in part.costs or table.endpoints[i].id != state.endpoint_id:
+        part.sticky_reason = "unavailable"
+        return order
+    legacy = strategy == "price_only"
+    available = not (table.legacy_outage[i] if legacy else table.demoted[i])
+    keep = 1.0
+    if not legacy:
+        est = table.estimates[i]
+        keep = table.multiplier[i]
+        if est.cap_rps > 0.0 and est.attempt_rate > est.cap_rps:
+            keep *= est.cap_rps / est.attempt_rate
+    healthy = [c for j, c in part.costs.items() if not table.demoted[j]]
+    stay, reason = sticky_decide(
+        state,
+        table.endpoints[i],
+        now=now,
+        available=available,
+        keep_probability=keep,
+        pinned_cost=part.costs[i],
+        best_cost=min(healthy) if healthy else part.costs[i],
+        hit_probability=table.params.sticky_hit_probability,
+        rng=rng,
+        compare_cost=not legacy,
+    )
+    part.sticky, part.sticky_reason = stay, reason
+    if not stay:
+        return order
+    return [i, *(j for j in order if j != i)]
+
+
+def _deprioritise(
+    table: ModelTable,
+    order: list[int],
+    prefs: ProviderPreferences,
+    tokens_out: float,
+    demoted: list[tuple[str, str]],
+    keep_first: bool,
+) -> list[int]:
+    preferred, behind = [], []
+    for pos, i in enumerate(order):
+        slow = (
+            prefs.preferred_min_throughput is not None
+            and table.e2e_tokens_per_s(i, tokens_out) < prefs.preferred_min_throughput
+        )
+        late = (
+            prefs.preferred_max_latency is not None
+            and table.estimates[i].ttft_s > prefs.preferred_max_latency
+        )
+        if (slow or late) and not (keep_first and pos == 0):
+            behind.append(i)
+            demoted.append(
+                (table.endpoints[i].id, "below_min_throughput" if slow else "above_max_latency")
+            )
+        else:
+            preferred.append(i)
+    return preferred + behind
+
+
+def _plan_unpartitioned(
+    request: RoutingRequest,
+    slugs: list[str],
+    table_for: TableLookup,
+    *,
+    now: float,
+    rng: random.Random,
+) -> Plan:
+    # sort.partition "none": the endpoints of all listed models are sorted together.
+    prefs = request.provider
+    sort = prefs.sort or "price"
+    keyed: list[tuple[bool, float, int, EndpointConfig, float]] = []
+    refused: list[tuple[str, str]] = []
+    first: _ModelPart | None = None
+    for n, slug in enumerate(slugs):
+        base, _ = model_suffix_split(slug)
+        table = table_for(base, now)
+        if table is None:
+            refused.append((slug, "unknown_model"))
+            continue
+        part = _model_part(table, request, sort, now, rng, sticky_allowed=False)
+        first = first or part
+        refused.extend(part.refused)
+        for i in part.order:
+            key = _sort_key(table, i, sort, part.input_tokens, part.output_tokens)
+            keyed.append((table.demoted[i] != "", key, n, table.endpoints[i], part.costs[i]))
+    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+    if not prefs.allow_fallbacks:
+        keyed = keyed[:1]
+    return Plan(
+        attempts=tuple(k[3] for k in keyed),
+        costs=tuple(k[4] for k in keyed),
+        strategy=sort,
+        refused=tuple(refused),
+        input_tokens=first.input_tokens if first else 0.0,
+        output_tokens=first.output_tokens if first else 0.0,
+    )
+
+
+def plan_explanation(plan: Plan) -> str:
+    """G15 header value: strategy, winner and runner-up cost, sticky, refused candidates."""
+    parts = [f"strategy={plan.strategy}"]
+    if plan.attempts:
+        parts.append(f"winner={plan.attempts[0].provider} cost={plan.costs[0]:.6g}")
+    if len(plan.attempts) > 1:
+        parts.append(f"runner_up={plan.attempts[1].provider} cost={plan.costs[1]:.6g}")
+    parts.append(f"sticky={'yes' if plan.sticky else 'no'}")
+    if plan.sticky_reason:
+        parts[-1] += f"({plan.sticky_reason})"
+    excluded = [*plan.refused, *plan.demoted]
+    if excluded:
+        parts.append("refused=" + ",".join(f"{who}:{why}" for who, why in excluded))
+    return "; ".join(parts)

@@ -1,0 +1,156 @@
+"""A model's routing table: everything a request needs, precomputed when stats or config change.
+
+Building a table reads the endpoints' flat stats once (priors, λ, cost coefficients, breaker,
+quality flag, backoff, cap bounds, floors); a request then only does a few multiply-adds per
+endpoint. Tables are rebuilt at most every ``refresh_interval_s`` (the Redis mirror's period),
+so the per-request path never touches a dict of stats or creates a dataclass per endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from routing.core.catalogue import PER_MILLION, EndpointConfig, ModelConfig
+from routing.core.cost import attempt_coefficients, attempts_per_good_answer, time_value
+from routing.core.guards import backoff_multiplier, breaker_open, cap_share, quality_flagged
+from routing.core.parameters import RoutingParameters
+from routing.core.stats import (
+    EndpointEstimate,
+    ModelFigures,
+    State,
+    decay_factor,
+    endpoint_estimate,
+    model_figures,
+)
+
+EMPTY: State = {}
+
+
+class ModelTable:
+    """Parallel per-endpoint lists for one model (index i is ``endpoints[i]``)."""
+
+    __slots__ = (
+        "all_supports",
+        "built_at",
+        "coef_const",
+        "coef_in",
+        "coef_out",
+        "demoted",
+        "endpoints",
+        "estimates",
+        "figures",
+        "index",
+        "inv_checked",
+        "inv_plain",
+        "lam",
+        "legacy_outage",
+        "lower",
+        "min_context",
+        "min_max_output",
+        "model",
+        "multiplier",
+        "params",
+        "refused",
+        "upper",
+    )
+
+    def __init__(self, model: ModelConfig, built_at: float) -> None:
+        self.model = model
+        self.params: RoutingParameters = model.params
+        self.built_at = built_at
+        self.endpoints: list[EndpointConfig] = [e for e in model.endpoints if e.active]
+        # Inactive endpoints are refused for every request: reported, never planned.
+        self.refused: list[tuple[str, str]] = [
+            (e.id, "inactive") for e in model.endpoints if not e.active
+        ]
+        self.index: dict[str, int] = {}
+        for i, e in enumerate(self.endpoints):
+            self.index[e.id] = i
+            self.index.setdefault(e.provider, i)
+        self.min_context = min((e.context_window for e in self.endpoints), default=0)
+        self.min_max_output = min((e.max_output for e in self.endpoints), default=0)
+        supports = [e.supports for e in self.endpoints]
+        self.all_supports: frozenset[str] = (
+            frozenset.intersection(*supports) if supports else frozenset()
+        )
+        self.estimates: list[EndpointEstimate] = []
+        self.figures: ModelFigures | None = None
+        self.lam = 0.0
+        self.coef_in: list[float] = []
+        self.coef_out: list[float] = []
+        self.coef_const: list[float] = []
+        self.inv_plain: list[float] = []
+        self.inv_checked: list[float] = []
+        self.multiplier: list[float] = []  # backoff; 0 = breaker open or flagged
+        self.demoted: list[str] = []  # "" or "breaker" / "flagged"
+        self.lower: list[float] = []  # floor or probe share
+        self.upper: list[float] = []  # cap bound
+        self.legacy_outage: list[bool] = []  # for the price-only router
+
+    def price_per_token(self, i: int) -> tuple[float, float]:
+        """(effective input, output) USD per token of endpoint i at its measured hit rate."""
+        return self.coef_in[i], self.endpoints[i].price_output * PER_MILLION
+
+    def e2e_tokens_per_s(self, i: int, output_tokens: float) -> float:
+        """End-to-end throughput of endpoint i for an answer of ``output_tokens``."""
+        est = self.estimates[i]
+        return output_tokens / (est.ttft_s + output_tokens / est.tokens_per_s)
+
+
+def table_build(
+    model: ModelConfig, states: Mapping[str, State], traffic: State, now: float
+) -> ModelTable:
+    """Precompute a model's table from its config and its endpoints' flat stats at ``now``."""
+    table = ModelTable(model, now)
+    p = table.params
+    eps = table.endpoints
+    raw = [states.get(e.id, EMPTY) for e in eps]
+    figures = model_figures(
+        raw,
+        traffic,
+        now,
+        p,
+        default_input_tokens=model.default_input_tokens or p.default_input_tokens,
+        default_output_tokens=model.default_output_tokens,
+    )
+    table.figures = figures
+    estimates = [endpoint_estimate(s, figures, now, p) for s in raw]
+    table.estimates = estimates
+    lam = time_value(eps, estimates, figures, p)
+    table.lam = lam
+    breaker = breaker_open([est.fault_rate for est in estimates], p)
+    flagged = quality_flagged([est.bad_output_rate for est in estimates], p)
+    model_rate = sum(est.attempt_rate for est in estimates)
+    healthy = sum(1 for i, e in enumerate(eps) if not (breaker[i] or flagged[i] or e.flagged))
+    floor = min(p.floor_share, p.floor_total / healthy) if healthy else 0.0
+    expected = figures.fault_rate + figures.rate_limited_rate
+    for i, (e, est) in enumerate(zip(eps, estimates, strict=True)):
+        a, b, c = attempt_coefficients(e, est, lam, p)
+        table.coef_in.append(a)
+        table.coef_out.append(b)
+        table.coef_const.append(c)
+        table.inv_plain.append(attempts_per_good_answer(est, p, output_checked=False))
+        table.inv_checked.append(attempts_per_good_answer(est, p, output_checked=True))
+        demoted = "breaker" if breaker[i] else "flagged" if (flagged[i] or e.flagged) else ""
+        table.demoted.append(demoted)
+        if demoted:
+            table.multiplier.append(0.0)
+            table.lower.append(p.probe_share)
+            table.upper.append(p.probe_share)
+        else:
+            table.multiplier.append(backoff_multiplier(est.backoff_failure_rate, expected, p))
+            table.lower.append(floor)
+            table.upper.append(max(floor, cap_share(est.cap_rps, model_rate)))
+        # Price-only router: "a significant failure in the last 30 s" = enough recent failures
+        # and a large enough share of recent attempts failing (fast window).
+        state = raw[i]
+        n = state.get("n", 0.0)
+        failed = state.get("rl", 0.0) + state.get("flt", 0.0)
+        decay = decay_factor(now - state.get("t", now), p.fast_half_life_s)
+        outage = (
+            n > 0.0
+            and failed * decay >= p.legacy_outage_min_failures
+            and failed / n >= p.legacy_outage_rate
+        )
+        table.legacy_outage.append(outage)
+    return table
