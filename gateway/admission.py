@@ -62,18 +62,19 @@ async def admit(
     candidates: list[EndpointEntry],
     broker: Broker,
 ) -> Admitted:
-    assert call.principal is not None and call.model is not None
+    assert call.principal is not None
     refused: list[Candidate] = []
     for endpoint in candidates:
+        model = snapshot.catalogue.models[endpoint.model_slug]
         demand = demand_estimate(
             body,
-            model=call.model.slug,
+            model=model.slug,
             route=endpoint.provider.name,
-            default_output_tokens=call.model.default_output_tokens,
+            default_output_tokens=model.default_output_tokens,
             max_output=endpoint.max_output,
             corrections=CORRECTIONS,
         )
-        buckets = attempt_buckets(snapshot.quotas, call.principal, endpoint, call.model.id)
+        buckets = attempt_buckets(snapshot.quotas, call.principal, endpoint, model.id)
         result = await broker.admit(_reservation_id(call), buckets, demand_usage(demand, endpoint))
         if isinstance(result, Grant):
             return _admitted(call, endpoint, buckets, result, demand, body)

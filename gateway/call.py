@@ -33,6 +33,8 @@ class Call:
     workload: Workload = DEFAULT_WORKLOAD
     stream: bool = False
     idempotency_key: str = ""
+    conversation: str | None = None  # G12: the conversation this request continues
+    route: str = ""  # G15: why the router chose as it did
     endpoint: EndpointEntry | None = None  # the endpoint of the current (or last) attempt
     grant: Grant | None = None  # the current attempt's reservation
     admissions: int = 0  # reservations asked for (each has its own id)

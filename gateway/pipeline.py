@@ -36,19 +36,37 @@ from gateway.errors import (
     error_response,
 )
 from gateway.providers.base import Outcome, Usage
+from gateway.quality import tool_calls_malformed
 from gateway.snapshot import Snapshot, holder
 from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
 from quotas.broker import Broker, actual_usage, broker_get
+from quotas.core.estimate import input_tokens_heuristic, requested_max_output
 from quotas.core.retry import Failure, Next, retry_decide
 from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
+from routing.core.overrides import model_suffix_split, provider_preferences_parse
+from routing.core.planner import RoutingRequest, plan_explanation
+from routing.core.stats import Outcome as RoutingOutcome
+from routing.core.sticky import StickyState, conversation_key
+from routing.live import LiveRouter, live_router
 from tenants.identity import Principal, bearer_secret
 
 PROVIDER_HEADER = "x-switchyard-provider"
+ROUTE_HEADER = "x-switchyard-route"
 REQUEST_ID_HEADER = "x-request-id"
 WORKLOAD_HEADER = "x-switchyard-workload"
+SESSION_HEADER = "x-session-id"
 
+# What an attempt's outcome tells the router about the endpoint (G6–G8); None: nothing.
+ROUTING_KINDS = {
+    Outcome.CAPACITY: "rate_limited",
+    Outcome.OVERLOAD: "fault",
+    Outcome.PROVIDER_ERROR: "fault",
+    Outcome.AUTH: "fault",
+    Outcome.POLICY: "fault",  # a spend cap or exhausted quota persists: the breaker's case
+    Outcome.REQUEST_ERROR: None,  # the caller's fault says nothing about the endpoint
+}
 # F1: provider outcomes → retry classes.
 FAILURES = {
     Outcome.CAPACITY: Failure.CAPACITY,
@@ -66,11 +84,11 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         snapshot = await _snapshot()
         call.principal = _identify(snapshot, request, call.created)
         body = _parse(request)
-        call.model = _model(snapshot, call.principal, body["model"])
+        call.model = _model(snapshot, call.principal, body)
         call.workload = _workload(snapshot, call.principal, request)
         call.stream = bool(body.get("stream"))
         call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
-        candidates = _plan(call.model)
+        candidates = await _plan(call, snapshot, body, request)
         return await _serve(call, snapshot, body, candidates)
     except GatewayError as error:
         call.reason = error.reason
@@ -120,13 +138,22 @@ def _parse(request: HttpRequest) -> dict[str, Any]:
     return chat_request_parse(raw, max_bytes=settings.MAX_REQUEST_BODY_BYTES)
 
 
-def _model(snapshot: Snapshot, principal: Principal, slug: str) -> ModelEntry:
-    model = snapshot.catalogue.models.get(slug)
-    if model is None or not model.endpoints:
-        raise UnknownModel(f"The model '{slug}' does not exist.", param="model")
-    if not principal.may_use(slug):
-        raise PermissionDenied(f"This API key may not use the model '{slug}'.", param="model")
-    return model
+def _model(snapshot: Snapshot, principal: Principal, body: dict[str, Any]) -> ModelEntry:
+    """The requested model (a ``:floor`` / ``:nitro`` suffix aside), and its fallbacks' checks."""
+    found: ModelEntry | None = None
+    for param, requested in [
+        ("model", body["model"]),
+        *(("models", m) for m in body.get("models") or ()),
+    ]:
+        slug, _ = model_suffix_split(requested)
+        model = snapshot.catalogue.models.get(slug)
+        if model is None or not model.endpoints:
+            raise UnknownModel(f"The model '{slug}' does not exist.", param=param)
+        if not principal.may_use(slug):
+            raise PermissionDenied(f"This API key may not use the model '{slug}'.", param=param)
+        found = found or model
+    assert found is not None
+    return found
 
 
 def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) -> Workload:
@@ -147,9 +174,55 @@ def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) ->
     return default
 
 
-def _plan(model: ModelEntry) -> list[EndpointEntry]:
-    # The router (routing/) replaces this with a ranked plan; until then: configured order.
-    return list(model.endpoints)
+async def _plan(
+    call: Call, snapshot: Snapshot, body: dict[str, Any], request: HttpRequest
+) -> list[EndpointEntry]:
+    """The router's ranked candidates (G1–G14), honouring the caller's overrides."""
+    principal = call.principal
+    assert principal is not None
+    live = live_router()
+    live.configure(snapshot.version, snapshot.catalogue)
+    try:
+        preferences = provider_preferences_parse(body.get("provider"))
+    except ValueError as exc:
+        raise InvalidRequest(f"provider: {exc}", param="provider") from None
+    call.conversation = conversation_key(
+        tenant=str(principal.tenant_id),
+        model=_require_model(call).slug,
+        session_id=request.headers.get(SESSION_HEADER),
+        user=body.get("user"),
+        messages=body["messages"],
+    )
+    sticky = await live.sticky_get(call.conversation) if _later_turn(body, call) else None
+    features = {name for name in ("tools", "response_format") if body.get(name)}
+    if call.stream:
+        features.add("stream")
+    plan = live.plan(
+        RoutingRequest(
+            model=body["model"],
+            input_tokens=float(input_tokens_heuristic(body)),
+            max_tokens=requested_max_output(body),
+            features=frozenset(features),
+            provider=preferences,
+            models=tuple(body.get("models") or ()),
+            tenant_sort=principal.tenant_default_sort or None,
+            sticky=sticky,
+        )
+    )
+    call.route = plan_explanation(plan)
+    if not plan.attempts:
+        reasons = ", ".join(f"{who}: {why}" for who, why in plan.refused) or "none configured"
+        raise InvalidRequest(
+            f"No endpoint can serve this request ({reasons}).", code="no_endpoint_available"
+        )
+    return [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+
+
+def _later_turn(body: dict[str, Any], call: Call) -> bool:
+    """A conversation's later turns carry an assistant message; only they can be pinned."""
+    return call.conversation is not None and any(
+        m.get("role") == "assistant" for m in body["messages"]
+    )
 
 
 async def _serve(
@@ -157,6 +230,7 @@ async def _serve(
 ) -> HttpResponse | StreamingHttpResponse:
     """Admit, dispatch, reconcile, and retry or fall back within one budget (F1–F5, G14)."""
     broker = broker_get()
+    live = live_router()
     rng = random.Random()
     model = _require_model(call)
     while True:
@@ -165,11 +239,15 @@ async def _serve(
         attempt = await _dispatch(call, body, admitted, broker)
         if attempt.ok:
             if attempt.stream is not None:
-                return _stream_response(call, attempt, admitted, broker)
-            return await _complete(call, attempt, admitted, broker)
+                return _stream_response(call, attempt, admitted, broker, live)
+            return await _complete(call, attempt, admitted, broker, live)
         await broker.release(admitted.grant)
         failure = attempt.failure
         assert failure is not None and attempt.error is not None
+        if kind := ROUTING_KINDS[failure.outcome]:
+            live.observe(
+                admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)
+            )
         retry_after = attempt.limits.retry_after
         if failure.outcome is Outcome.CAPACITY and retry_after:
             await broker.pause_provider(admitted.buckets, retry_after, time.time())
@@ -204,7 +282,7 @@ async def _dispatch(
         body,
         stream=call.stream,
         response_id=call.id,
-        model=_require_model(call).slug,
+        model=admitted.endpoint.model_slug,
         created=int(call.created),
     )
     if call.stream:  # the stream's own lease keeper starts with the relay
@@ -214,7 +292,7 @@ async def _dispatch(
 
 
 async def _complete(
-    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
 ) -> HttpResponse:
     completion = attempt.completion
     assert completion is not None
@@ -225,6 +303,12 @@ async def _complete(
     await broker.reconcile(admitted.grant, actual_usage(usage, cost))
     admitted.learn(usage)
     broker.observe_later(admitted.buckets, attempt.limits)
+    calls = [
+        call_
+        for choice in completion.body.get("choices") or ()
+        for call_ in (choice.get("message") or {}).get("tool_calls") or ()
+    ]
+    _observe_answer(call, live, admitted, usage, attempt.seconds, None, calls)
     result = completion.body
     result["provider"] = endpoint.provider.name
     result.setdefault("usage", usage.as_openai())["cost"] = cost
@@ -234,12 +318,13 @@ async def _complete(
 
 
 def _stream_response(
-    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
 ) -> StreamingHttpResponse:
     endpoint = admitted.endpoint
     translator = attempt.adapter.stream_translator(
-        response_id=call.id, model=_require_model(call).slug, created=int(call.created)
+        response_id=call.id, model=endpoint.model_slug, created=int(call.created)
     )
+    upstream_started = time.monotonic() - attempt.seconds
     upstream = attempt.stream
     assert upstream is not None
 
@@ -251,6 +336,18 @@ def _stream_response(
         if end.usage_reported:
             admitted.learn(end.usage)
         broker.observe_later(admitted.buckets, attempt.limits)
+        if end.status == 200:
+            _observe_answer(
+                call,
+                live,
+                admitted,
+                end.usage,
+                time.monotonic() - upstream_started,
+                end.upstream_ttft,
+                end.tool_calls,
+            )
+        elif end.status != 499:
+            live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
         _record(
             call,
             status=end.status,
@@ -270,6 +367,7 @@ def _stream_response(
                 ),
                 estimated_input_tokens=admitted.demand.input_tokens,
                 started=call.started,
+                upstream_started=upstream_started,
                 cost=lambda usage: _cost(endpoint, usage),
                 finish=finish,
             ):
@@ -284,10 +382,45 @@ def _stream_response(
     return response
 
 
+def _observe_answer(
+    call: Call,
+    live: LiveRouter,
+    admitted: Admitted,
+    usage: Usage,
+    latency: float,
+    ttft: float | None,
+    tool_calls: list[dict[str, Any]],
+) -> None:
+    """G2–G8 live stats from a good answer, and the conversation's pin (G12)."""
+    endpoint = admitted.endpoint
+    malformed = tool_calls_malformed(admitted.body.get("tools"), tool_calls)
+    live.observe(
+        endpoint.key,
+        RoutingOutcome(
+            kind="ok",
+            latency_s=latency,
+            ttft_s=ttft,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+            output_checked=malformed is not None,
+            output_bad=bool(malformed),
+        ),
+    )
+    if call.conversation is not None:
+        live.sticky_set_later(
+            call.conversation,
+            StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
+            ttl=endpoint.provider.cache_ttl_seconds,
+        )
+
+
 def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
     headers = {REQUEST_ID_HEADER: call.id}
     if call.endpoint is not None and call.reason == "ok":
         headers[PROVIDER_HEADER] = call.endpoint.provider.name
+    if call.route:
+        headers[ROUTE_HEADER] = call.route
     if call.principal is not None:
         headers.update(
             decision_headers(
@@ -343,7 +476,7 @@ def _record(
             "app_id": principal.app_id,
             "api_key_id": principal.key_id,
             "workload_class": call.workload.name,
-            "model": call.model.slug if call.model else "",
+            "model": endpoint.model_slug if endpoint else (call.model.slug if call.model else ""),
             "provider": endpoint.provider.name if endpoint else "",
             "upstream_model": endpoint.upstream_model if endpoint else "",
             "status": status,

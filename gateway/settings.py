@@ -6,8 +6,10 @@ helpers below fail loudly on a malformed value instead of silently falling back.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -51,6 +53,19 @@ def env_bool(name: str, default: bool) -> bool:
     if raw.lower() in {"0", "false", "no", "off"}:
         return False
     raise SettingError(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_json(name: str, default: dict[str, Any]) -> dict[str, Any]:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise SettingError(f"{name} must be a JSON object, got {raw!r}") from None
+    if not isinstance(value, dict):
+        raise SettingError(f"{name} must be a JSON object, got {raw!r}")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -176,6 +191,14 @@ UPSTREAM_MAX_CONNECTIONS = env_int("UPSTREAM_MAX_CONNECTIONS", 512)
 # Reservations are leases (C9): an abandoned one gives its concurrency back after this long;
 # long requests and streams renew theirs every third of it.
 RESERVATION_LEASE_SECONDS = env_float("RESERVATION_LEASE_SECONDS", 30.0)
+# --- The router ---------------------------------------------------------------------------
+# routing_cost (the default) or price_only (the old behaviour, for switchback experiments).
+ROUTING_STRATEGY = env_str("ROUTING_STRATEGY", "routing_cost")
+# Deployment-wide overrides of routing/core/parameters.py as JSON, beneath each model's own
+# (tests shorten half-lives here): e.g. ROUTING_PARAMETERS='{"fast_half_life_s": 5}'.
+ROUTING_PARAMETERS = env_json("ROUTING_PARAMETERS", {})
+# How often each process merges its live endpoint statistics with the other processes' (s).
+ROUTING_SYNC_INTERVAL = env_float("ROUTING_SYNC_INTERVAL", 1.0)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
 

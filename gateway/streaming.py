@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -30,7 +31,9 @@ class StreamEnd:
     finish_reason: str
     status: int  # 200, or 499 client gone, 502 / 504 provider failure mid-stream
     reason: str
-    ttft: float | None
+    ttft: float | None  # since the request reached the gateway
+    upstream_ttft: float | None  # since the upstream call started: the provider's own TTFT
+    tool_calls: list[dict[str, Any]]  # reassembled from the deltas, for the quality check
 
 
 async def relay(
@@ -41,12 +44,15 @@ async def relay(
     include_usage: bool,
     estimated_input_tokens: int,
     started: float,
+    upstream_started: float,
     cost: Callable[[Usage], float],
     finish: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncIterator[bytes]:
     parser = SSEParser()
     ttft: float | None = None
+    upstream_ttft: float | None = None
     streamed_chars = 0
+    tool_calls: dict[int, dict[str, Any]] = {}
     status, reason, completed = 200, "", False
     try:
         async for raw in response.aiter_bytes():
@@ -54,11 +60,12 @@ async def relay(
                 for chunk in translator.feed(event):
                     if ttft is None:
                         ttft = time.monotonic() - started
+                        upstream_ttft = time.monotonic() - upstream_started
                     if chunk.get("usage") is not None and not chunk.get("choices"):
                         if not include_usage:
                             continue
                         chunk["usage"]["cost"] = cost(translator.usage or Usage())
-                    streamed_chars += _content_chars(chunk)
+                    streamed_chars += _collect(chunk, tool_calls)
                     chunk["provider"] = provider
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
             if translator.done:
@@ -98,17 +105,27 @@ async def relay(
                 status=status,
                 reason=reason,
                 ttft=ttft,
+                upstream_ttft=upstream_ttft,
+                tool_calls=[tool_calls[i] for i in sorted(tool_calls)],
             )
         )
 
 
-def _content_chars(chunk: dict) -> int:
+def _collect(chunk: dict[str, Any], tool_calls: dict[int, dict[str, Any]]) -> int:
+    """Reassemble tool calls from a chunk's deltas; returns the characters it carried."""
     count = 0
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
         count += len(delta.get("content") or "")
-        for call in delta.get("tool_calls") or ():
-            count += len((call.get("function") or {}).get("arguments") or "")
+        for part in delta.get("tool_calls") or ():
+            function = part.get("function") or {}
+            call = tool_calls.setdefault(
+                part.get("index", 0), {"function": {"name": "", "arguments": ""}}
+            )
+            call["function"]["name"] += function.get("name") or ""
+            arguments = function.get("arguments") or ""
+            call["function"]["arguments"] += arguments
+            count += len(arguments)
     return count
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from routing.models import Endpoint, Model, Provider
+from routing.core.catalogue import EndpointConfig, ModelConfig
+from routing.models import Endpoint, Model, Provider, routing_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class ProviderEntry:
 @dataclass(frozen=True, slots=True)
 class EndpointEntry:
     id: int
+    key: str  # the router's id for it: "<model slug>@<provider name>"
+    model_id: int
     model_slug: str
     provider: ProviderEntry
     upstream_model: str
@@ -48,12 +51,14 @@ class ModelEntry:
     allow_fallbacks: bool
     fallback_slug: str | None
     endpoints: tuple[EndpointEntry, ...]  # in configured order
+    routing: ModelConfig  # the router's view of the model
 
 
 @dataclass(frozen=True)
 class Catalogue:
     models: dict[str, ModelEntry]
     providers: dict[str, ProviderEntry]
+    endpoints: dict[str, EndpointEntry]  # by router key
 
 
 def catalogue_build() -> Catalogue:
@@ -69,13 +74,18 @@ def catalogue_build() -> Catalogue:
         for p in Provider.objects.filter(is_active=True)
     }
     endpoints: dict[int, list[EndpointEntry]] = {}
+    flagged: set[int] = set()
     for e in Endpoint.objects.filter(is_active=True).select_related("model").order_by("position"):
         provider = providers.get(e.provider_id)
         if provider is None:
             continue
+        if e.quality_flagged:
+            flagged.add(e.pk)
         endpoints.setdefault(e.model_id, []).append(
             EndpointEntry(
                 id=e.pk,
+                key=f"{e.model.slug}@{provider.name}",
+                model_id=e.model_id,
                 model_slug=e.model.slug,
                 provider=provider,
                 upstream_model=e.upstream_model,
@@ -87,15 +97,42 @@ def catalogue_build() -> Catalogue:
                 supports=frozenset(e.supports or ()),
             )
         )
-    models = {
-        m.slug: ModelEntry(
+    models = {}
+    for m in Model.objects.filter(is_active=True).select_related("fallback_model"):
+        served = tuple(endpoints.get(m.pk, ()))
+        models[m.slug] = ModelEntry(
             id=m.pk,
             slug=m.slug,
             default_output_tokens=m.default_output_tokens,
             allow_fallbacks=m.allow_fallbacks,
             fallback_slug=m.fallback_model.slug if m.fallback_model else None,
-            endpoints=tuple(endpoints.get(m.pk, ())),
+            endpoints=served,
+            routing=ModelConfig(
+                slug=m.slug,
+                endpoints=tuple(_endpoint_config(e, e.id in flagged) for e in served),
+                params=routing_parameters(m.routing_parameters),
+                default_output_tokens=float(m.default_output_tokens),
+                default_input_tokens=m.default_input_tokens,
+            ),
         )
-        for m in Model.objects.filter(is_active=True).select_related("fallback_model")
-    }
-    return Catalogue(models=models, providers={p.name: p for p in providers.values()})
+    return Catalogue(
+        models=models,
+        providers={p.name: p for p in providers.values()},
+        endpoints={e.key: e for served in endpoints.values() for e in served},
+    )
+
+
+def _endpoint_config(entry: EndpointEntry, flagged: bool) -> EndpointConfig:
+    return EndpointConfig(
+        id=entry.key,
+        provider=entry.provider.name,
+        model=entry.model_slug,
+        price_input=entry.price_input,
+        price_cached_input=entry.price_cached_input,
+        price_output=entry.price_output,
+        context_window=entry.context_window,
+        max_output=entry.max_output,
+        supports=entry.supports,
+        cache_ttl_s=entry.provider.cache_ttl_seconds,
+        flagged=flagged,
+    )

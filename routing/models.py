@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from routing import credentials
+from routing.core.parameters import RoutingParameters
+
+
+def routing_parameters(overrides: dict[str, Any]) -> RoutingParameters:
+    """A model's routing parameters: the deployment's defaults, then the model's overrides."""
+    if not isinstance(overrides, dict):
+        raise ValueError("must be an object of parameter names and values")
+    return RoutingParameters(**{**settings.ROUTING_PARAMETERS, **overrides})
 
 
 class Provider(models.Model):
@@ -53,6 +65,19 @@ class Model(models.Model):
         related_name="+",
         help_text="E2: where overload action 'degrade' sends a request that does not fit.",
     )
+    default_input_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Input estimate for routing before any traffic was seen (G2); empty: 1000.",
+    )
+    routing_parameters = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "Overrides of the routing parameters (routing/core/parameters.py), e.g. "
+            '{"band": 0.2, "time_value": 0.8}. Unknown names are refused.'
+        ),
+    )
     is_active = models.BooleanField(default=True)
 
     class Meta:
@@ -60,6 +85,12 @@ class Model(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        try:
+            routing_parameters(self.routing_parameters)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError({"routing_parameters": str(exc)}) from None
 
 
 class Endpoint(models.Model):
@@ -77,6 +108,11 @@ class Endpoint(models.Model):
     supports = models.JSONField(
         default=list, blank=True, help_text="Capabilities: tools, response_format, stream."
     )
+    quality_flagged = models.BooleanField(
+        default=False,
+        help_text="G8: flagged for bad output; it gets only a small test share until cleared.",
+    )
+    quality_note = models.CharField(max_length=200, blank=True, default="")
     is_active = models.BooleanField(default=True)
 
     class Meta:

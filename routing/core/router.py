@@ -56,6 +56,10 @@ class Router:
         self._model_of = {e.id: m for m in self.models.values() for e in m.endpoints}
         self._tables.clear()
 
+    def model_of(self, endpoint_id: str) -> ModelConfig | None:
+        """The model an endpoint serves (None for an unknown endpoint)."""
+        return self._model_of.get(endpoint_id)
+
     def observe(self, endpoint_id: str, outcome: Outcome, now: float) -> None:
         """Record one attempt's outcome (G2–G11); unknown endpoints are ignored."""
         model = self._model_of.get(endpoint_id)

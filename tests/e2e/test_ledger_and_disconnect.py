@@ -20,6 +20,7 @@ def test_it_writes_one_ledger_row_per_request_through_celery(stack):
     assert response.status_code == 200
     generation_id = response.json()["id"]
     usage = response.json()["usage"]
+    served_by = response.headers["x-switchyard-provider"]
 
     def stored():
         return stack.sql(
@@ -30,7 +31,7 @@ def test_it_writes_one_ledger_row_per_request_through_celery(stack):
 
     wait_until(lambda: bool(stored()), timeout=15, what="the ledger row (Celery beat flush)")
     [(provider, status, input_tokens, output_tokens, cost, model, tenant_id)] = stored()
-    assert (provider, status, model) == ("alpha", 200, "acme/chat-small")
+    assert (provider, status, model) == (served_by, 200, "acme/chat-small")
     assert (input_tokens, output_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
     assert float(cost) == pytest.approx(usage["cost"], rel=1e-6)
     [(acme_id,)] = stack.sql("select id from tenants_tenant where name = 'acme'")
@@ -47,6 +48,7 @@ def test_it_cancels_the_upstream_call_when_the_client_disconnects(stack):
         "messages": [{"role": "user", "content": "write a long story"}],
         "max_tokens": 4000,
         "stream": True,
+        "provider": {"only": ["alpha"]},
     }
     with (
         httpx.Client(timeout=30) as client,

@@ -8,8 +8,9 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 ACME_WEB_KEY = "sk-sy-test-acme-web-0001"
-# acme/chat-large is served first by alpha (OpenAI protocol); e2e/anthropic-large only by beta.
-MODELS = {"openai": ("acme/chat-large", "alpha"), "anthropic": ("e2e/anthropic-large", "beta")}
+# acme/chat-large is served by alpha (OpenAI protocol) and beta (Anthropic Messages), among
+# others: `provider.only` (G13) pins each test to one wire protocol.
+MODELS = {"openai": ("acme/chat-large", "alpha"), "anthropic": ("acme/chat-large", "beta")}
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -29,11 +30,17 @@ def client(stack):
     return openai.OpenAI(base_url=f"{stack.base_url}/v1", api_key=ACME_WEB_KEY, max_retries=0)
 
 
+def only(provider):
+    return {"provider": {"only": [provider]}}
+
+
 @pytest.mark.parametrize("protocol", MODELS)
 def test_it_completes_a_request(client, protocol):
     model, provider = MODELS[protocol]
     raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": "Say hello in three words."}]
+        model=model,
+        messages=[{"role": "user", "content": "Say hello in three words."}],
+        extra_body=only(provider),
     )
     completion = raw.parse()
 
@@ -57,6 +64,7 @@ def test_it_streams_chunks_then_usage(client, protocol):
         messages=[{"role": "user", "content": "Count to ten."}],
         stream=True,
         stream_options={"include_usage": True},
+        extra_body=only(provider),
     )
     chunks = list(stream)
 
@@ -75,10 +83,13 @@ def test_it_streams_chunks_then_usage(client, protocol):
 
 @pytest.mark.parametrize("protocol", MODELS)
 def test_it_streams_without_usage_when_not_asked(client, protocol):
-    model, _ = MODELS[protocol]
+    model, provider = MODELS[protocol]
     chunks = list(
         client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Hi"}], stream=True
+            model=model,
+            messages=[{"role": "user", "content": "Hi"}],
+            stream=True,
+            extra_body=only(provider),
         )
     )
     assert chunks and all(c.usage is None for c in chunks)
@@ -86,10 +97,14 @@ def test_it_streams_without_usage_when_not_asked(client, protocol):
 
 @pytest.mark.parametrize("protocol", MODELS)
 def test_it_round_trips_a_tool_call(client, protocol):
-    model, _ = MODELS[protocol]
+    model, provider = MODELS[protocol]
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     first = client.chat.completions.create(
-        model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required"
+        model=model,
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        extra_body=only(provider),
     )
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -102,14 +117,16 @@ def test_it_round_trips_a_tool_call(client, protocol):
         choice.message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 18}'},
     ]
-    second = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL])
+    second = client.chat.completions.create(
+        model=model, messages=messages, tools=[WEATHER_TOOL], extra_body=only(provider)
+    )
     assert second.choices[0].finish_reason in ("stop", "length")
     assert second.choices[0].message.content
 
 
 @pytest.mark.parametrize("protocol", MODELS)
 def test_it_streams_a_tool_call(client, protocol):
-    model, _ = MODELS[protocol]
+    model, provider = MODELS[protocol]
     chunks = list(
         client.chat.completions.create(
             model=model,
@@ -117,6 +134,7 @@ def test_it_streams_a_tool_call(client, protocol):
             tools=[WEATHER_TOOL],
             tool_choice="required",
             stream=True,
+            extra_body=only(provider),
         )
     )
     deltas = [c.choices[0].delta for c in chunks if c.choices]

@@ -1,0 +1,190 @@
+"""The router inside a gateway process: the pure core, with live stats shared through Redis.
+
+Every process routes from its own in-memory view (``routing.core.Router``), updated at once by
+its own attempts, so it reacts within the request that saw a failure (G11). Once a second,
+off the request path, each process publishes its own decayed statistics — one hash field per
+process in ``<prefix>:routing:ep:<endpoint>`` — and reads every process's back, merging them
+with the core's ``stats_merge``. Nothing is read-modified-written: each process owns its field,
+so there is no race to lose an update in; a dead process's field decays and is dropped.
+
+Conversations pinned to an endpoint (G12) live in ``<prefix>:routing:sticky:<key>`` with the
+provider's cache lifetime as TTL: read only for a conversation's later turns, written after
+the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from typing import Any
+
+import orjson
+from django.conf import settings
+
+from gateway import redis as sy_redis
+from routing.catalogue import Catalogue
+from routing.core.parameters import RoutingParameters
+from routing.core.planner import Plan, RoutingRequest
+from routing.core.router import Router
+from routing.core.stats import Outcome, State, stats_merge, traffic_merge
+from routing.core.sticky import StickyState
+
+log = logging.getLogger(__name__)
+
+# A process whose statistics are this old has stopped publishing: its field is dropped.
+STALE_SECONDS = 3600.0
+
+
+class LiveRouter:
+    def __init__(self, strategy: str) -> None:
+        self.router = Router((), default_strategy=strategy, track_pending=True)
+        self.process = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.version: int | None = None
+        self.catalogue: Catalogue | None = None
+        self._own: dict[str, State] = {}
+        self._own_traffic: dict[str, State] = {}
+        self._sync: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._rng = random.Random()
+
+    def configure(self, version: int, catalogue: Catalogue) -> None:
+        """Follow the configuration snapshot; start sharing statistics on first use."""
+        if version != self.version:
+            self.router.configure(m.routing for m in catalogue.models.values())
+            self.version, self.catalogue = version, catalogue
+        if self._sync is None or self._sync.done():
+            self._sync = asyncio.create_task(self._sync_forever())
+
+    def plan(self, request: RoutingRequest) -> Plan:
+        return self.router.plan(request, time.time(), self._rng)
+
+    def observe(self, endpoint_key: str, outcome: Outcome) -> None:
+        self.router.observe(endpoint_key, outcome, time.time())
+
+    # --- stickiness (G12) ------------------------------------------------------------------
+
+    async def sticky_get(self, conversation: str) -> StickyState | None:
+        raw = await sy_redis.async_client().get(sy_redis.key("routing", "sticky", conversation))
+        if not raw:
+            return None
+        data = orjson.loads(raw)
+        return StickyState(data["endpoint"], data["last_used"], data["prefix_tokens"])
+
+    def sticky_set_later(self, conversation: str, state: StickyState, ttl: float) -> None:
+        value = orjson.dumps(
+            {
+                "endpoint": state.endpoint_id,
+                "last_used": state.last_used,
+                "prefix_tokens": state.prefix_tokens,
+            }
+        )
+        key = sy_redis.key("routing", "sticky", conversation)
+        self._later(sy_redis.async_client().set(key, value, px=max(1, int(ttl * 1000))))
+
+    def _later(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- sharing statistics between processes ----------------------------------------------
+
+    async def _sync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(settings.ROUTING_SYNC_INTERVAL)
+            try:
+                await self.sync()
+            except Exception:  # Redis away: keep routing on this process's own view
+                log.warning("routing statistics not shared this round", exc_info=True)
+
+    async def sync(self) -> None:
+        """Publish this process's statistics and load everyone's, merged."""
+        catalogue = self.catalogue
+        if catalogue is None:
+            return
+        deltas, traffic = self.router.stats_flush()
+        for key, delta in deltas.items():
+            self._own[key] = stats_merge(self._own.get(key, {}), delta, self._params(key))
+        for slug, delta in traffic.items():
+            self._own_traffic[slug] = traffic_merge(
+                self._own_traffic.get(slug, {}), delta, self._model_params(slug)
+            )
+        client = sy_redis.async_client()
+        pipe = client.pipeline(transaction=False)
+        for key, own in self._own.items():
+            pipe.hset(sy_redis.key("routing", "ep", key), self.process, orjson.dumps(own))
+        for slug, own in self._own_traffic.items():
+            pipe.hset(sy_redis.key("routing", "model", slug), self.process, orjson.dumps(own))
+        endpoint_keys = list(catalogue.endpoints)
+        slugs = list(catalogue.models)
+        for key in endpoint_keys:
+            pipe.hgetall(sy_redis.key("routing", "ep", key))
+        for slug in slugs:
+            pipe.hgetall(sy_redis.key("routing", "model", slug))
+        replies = await pipe.execute()
+        published = len(self._own) + len(self._own_traffic)
+        replies = replies[published:]
+        now = time.time()
+        for key, fields in zip(endpoint_keys, replies[: len(endpoint_keys)], strict=True):
+            params = self._params(key)
+            merged = self._merged(
+                sy_redis.key("routing", "ep", key),
+                fields,
+                now,
+                lambda a, b, p=params: stats_merge(a, b, p),
+            )
+            if merged is not None:
+                self.router.stats_load(key, merged)
+        for slug, fields in zip(slugs, replies[len(endpoint_keys) :], strict=True):
+            params = self._model_params(slug)
+            merged = self._merged(
+                sy_redis.key("routing", "model", slug),
+                fields,
+                now,
+                lambda a, b, p=params: traffic_merge(a, b, p),
+            )
+            if merged is not None:
+                self.router.traffic_load(slug, merged)
+
+    def _merged(self, key: str, fields: dict[bytes, bytes], now: float, merge: Any) -> State | None:
+        merged: State | None = None
+        stale = []
+        for process, raw in fields.items():
+            state = orjson.loads(raw)
+            if state.get("t", 0.0) < now - STALE_SECONDS:
+                stale.append(process)
+                continue
+            merged = state if merged is None else merge(merged, state)
+        if stale:
+            self._later(sy_redis.async_client().hdel(key, *stale))
+        return merged
+
+    def _params(self, endpoint_key: str) -> RoutingParameters:
+        model = self.router.model_of(endpoint_key)
+        return model.params if model is not None else RoutingParameters()
+
+    def _model_params(self, slug: str) -> RoutingParameters:
+        model = self.router.models.get(slug)
+        return model.params if model is not None else RoutingParameters()
+
+    async def close(self) -> None:
+        if self._sync is not None:
+            self._sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync
+
+
+_live: LiveRouter | None = None
+
+
+def live_router() -> LiveRouter:
+    """This process's router."""
+    global _live
+    if _live is None:
+        _live = LiveRouter(settings.ROUTING_STRATEGY)
+    return _live
