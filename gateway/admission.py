@@ -18,6 +18,7 @@ from typing import Any
 from gateway.call import Call
 from gateway.errors import CapacityRefused, IdempotencyConflict
 from gateway.providers.base import Usage
+from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand, demand_estimate
@@ -38,6 +39,13 @@ class Admitted:
 
     def estimated_usage(self) -> Usage:
         return Usage(input_tokens=self.demand.input_tokens, output_tokens=self.demand.output_tokens)
+
+    @property
+    def spend(self) -> float:
+        """The estimated spend this reservation took (at the endpoint's uncached prices)."""
+        return self.demand.spend(
+            price_input=self.endpoint.price_input, price_output=self.endpoint.price_output
+        )
 
     def learn(self, usage: Usage) -> None:
         CORRECTIONS.learn(
@@ -95,7 +103,7 @@ async def _wait(
         while True:
             refusal = best.refusal
             if refusal.reason is Reason.UNSATISFIABLE or refusal.retry_at > call.deadline:
-                raise _refusal(call, refusal)
+                raise _refusal(call, refusal, best.demand)
             await asyncio.sleep(max(0.0, refusal.retry_at - time.time()))
             result = await broker.admit(
                 _reservation_id(call), best.buckets, demand_usage(best.demand, best.endpoint)
@@ -119,12 +127,14 @@ def _admitted(
         raise IdempotencyConflict(
             "A request with this Idempotency-Key was already accepted; it is not sent again."
         )
-    call.grant = grant
+    call.grant, call.demand = grant, demand
     return Admitted(endpoint, buckets, grant, demand, body)
 
 
-def _refusal(call: Call, refusal: Refusal) -> CapacityRefused:
+def _refusal(call: Call, refusal: Refusal, demand: Demand) -> CapacityRefused:
     call.binding_bucket = refusal.bucket
+    call.demand = demand
+    refusal_record(call, refusal)
     retry_after = max(0.0, refusal.retry_at - time.time())
     if refusal.reason is Reason.UNSATISFIABLE:
         message = (

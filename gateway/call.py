@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gateway.decision import BucketState
+from quotas.core.estimate import Demand
 from quotas.core.model import Grant
 from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
@@ -37,6 +38,7 @@ class Call:
     route: str = ""  # G15: why the router chose as it did
     endpoint: EndpointEntry | None = None  # the endpoint of the current (or last) attempt
     grant: Grant | None = None  # the current attempt's reservation
+    demand: Demand | None = None  # what it was estimated to take (C2)
     admissions: int = 0  # reservations asked for (each has its own id)
     bucket_states: list[BucketState] = field(default_factory=list)  # tenant side, for H1
     binding_bucket: str = ""  # public name of the bucket that refused (H1)

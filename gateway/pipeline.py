@@ -20,7 +20,6 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from gateway import ledger
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.decision import decision_headers
@@ -37,6 +36,7 @@ from gateway.errors import (
 )
 from gateway.providers.base import Outcome, Usage
 from gateway.quality import tool_calls_malformed
+from gateway.records import generation_record, reservation_record, usage_cost
 from gateway.snapshot import Snapshot, holder
 from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
@@ -92,7 +92,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         return await _serve(call, snapshot, body, candidates)
     except GatewayError as error:
         call.reason = error.reason
-        _record(call, status=error.status)
+        generation_record(call, status=error.status)
         return error_response(error, _headers(call, retry_after=_retry_after(error)))
 
 
@@ -241,7 +241,10 @@ async def _serve(
             if attempt.stream is not None:
                 return _stream_response(call, attempt, admitted, broker, live)
             return await _complete(call, attempt, admitted, broker, live)
-        await broker.release(admitted.grant)
+        released = await broker.release(admitted.grant)
+        reservation_record(
+            call, admitted.endpoint, admitted.grant, released, estimated_spend=admitted.spend
+        )
         failure = attempt.failure
         assert failure is not None and attempt.error is not None
         if kind := ROUTING_KINDS[failure.outcome]:
@@ -299,8 +302,11 @@ async def _complete(
     endpoint = admitted.endpoint
     call.ttft = call.elapsed()
     usage = completion.usage or admitted.estimated_usage()
-    cost = _cost(endpoint, usage)
-    await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    cost = usage_cost(endpoint, usage)
+    settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    reservation_record(
+        call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=usage
+    )
     admitted.learn(usage)
     broker.observe_later(admitted.buckets, attempt.limits)
     calls = [
@@ -313,7 +319,7 @@ async def _complete(
     result["provider"] = endpoint.provider.name
     result.setdefault("usage", usage.as_openai())["cost"] = cost
     call.reason = "ok"
-    _record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
+    generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
     return _json(result, headers=_headers(call))
 
 
@@ -331,8 +337,11 @@ def _stream_response(
     async def finish(end: StreamEnd) -> None:
         call.ttft = end.ttft
         call.reason = end.reason or "ok"
-        cost = _cost(endpoint, end.usage)
-        await broker.reconcile(admitted.grant, actual_usage(end.usage, cost))
+        cost = usage_cost(endpoint, end.usage)
+        settled = await broker.reconcile(admitted.grant, actual_usage(end.usage, cost))
+        reservation_record(
+            call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=end.usage
+        )
         if end.usage_reported:
             admitted.learn(end.usage)
         broker.observe_later(admitted.buckets, attempt.limits)
@@ -348,7 +357,7 @@ def _stream_response(
             )
         elif end.status != 499:
             live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
-        _record(
+        generation_record(
             call,
             status=end.status,
             usage=end.usage,
@@ -368,7 +377,7 @@ def _stream_response(
                 estimated_input_tokens=admitted.demand.input_tokens,
                 started=call.started,
                 upstream_started=upstream_started,
-                cost=lambda usage: _cost(endpoint, usage),
+                cost=lambda usage: usage_cost(endpoint, usage),
                 finish=finish,
             ):
                 yield part
@@ -440,60 +449,6 @@ def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
 def _retry_after(error: GatewayError) -> float | None:
     value = getattr(error, "retry_after", None)
     return float(value) if value is not None else None
-
-
-def _cost(endpoint: EndpointEntry, usage: Usage) -> float:
-    return round(
-        endpoint.cost(
-            input_tokens=usage.input_tokens,
-            cached_input_tokens=usage.cached_input_tokens,
-            output_tokens=usage.output_tokens,
-        ),
-        10,
-    )
-
-
-def _record(
-    call: Call,
-    *,
-    status: int,
-    usage: Usage | None = None,
-    finish_reason: str = "",
-    cancelled: bool = False,
-) -> None:
-    principal = call.principal
-    if principal is None:  # unauthenticated: nobody to charge, nothing to record
-        return
-    usage = usage or Usage()
-    endpoint = call.endpoint
-    ledger.ledger_record_later(
-        "generation",
-        {
-            "id": call.id,
-            "created_at": call.created,
-            "tenant_id": principal.tenant_id,
-            "team_id": principal.team_id,
-            "app_id": principal.app_id,
-            "api_key_id": principal.key_id,
-            "workload_class": call.workload.name,
-            "model": endpoint.model_slug if endpoint else (call.model.slug if call.model else ""),
-            "provider": endpoint.provider.name if endpoint else "",
-            "upstream_model": endpoint.upstream_model if endpoint else "",
-            "status": status,
-            "reason_code": call.reason,
-            "finish_reason": finish_reason or "",
-            "streamed": call.stream,
-            "cancelled": cancelled,
-            "input_tokens": usage.input_tokens,
-            "cached_input_tokens": usage.cached_input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cost": _cost(endpoint, usage) if endpoint else 0.0,
-            "latency_ms": call.elapsed() * 1000,
-            "ttft_ms": call.ttft * 1000 if call.ttft is not None else None,
-            "attempts": call.attempts,
-            "detail": {"explanation": call.explanation} if call.explanation else {},
-        },
-    )
 
 
 def _json(

@@ -162,10 +162,11 @@ class Reservation(models.Model):
     created_at = models.DateTimeField(db_index=True)
     expires_at = models.DateTimeField(null=True)
     queue_deadline = models.DateTimeField(null=True)
-    tenant_id = models.BigIntegerField(db_index=True)
+    # Empty for a lease reaped after its gateway died: the lease record knows only its buckets.
+    tenant_id = models.BigIntegerField(null=True, db_index=True)
     app_id = models.BigIntegerField(null=True)
     api_key_id = models.BigIntegerField(null=True)
-    model = models.CharField(max_length=200)
+    model = models.CharField(max_length=200, blank=True, default="")
     provider = models.CharField(max_length=100, blank=True, default="")
     workload_class = models.CharField(max_length=50, blank=True, default="")
     estimated_input_tokens = models.PositiveIntegerField(default=0)

@@ -38,6 +38,45 @@ def test_it_writes_one_ledger_row_per_request_through_celery(stack):
     assert tenant_id == acme_id
 
 
+def test_it_records_each_reservation_and_how_it_was_settled(stack):
+    response = httpx.post(
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={
+            "model": "acme/chat-small",
+            "messages": [{"role": "user", "content": "reserve me"}],
+            "max_tokens": 300,
+            "provider": {"only": ["alpha"]},
+        },
+        timeout=30,
+    )
+    assert response.status_code == 200
+    usage = response.json()["usage"]
+
+    def rows():
+        return stack.sql(
+            "select outcome, taken, settled, estimated_output_tokens, actual_input_tokens,"
+            " actual_output_tokens from quotas_reservation where request_id = %s",
+            response.json()["id"],
+        )
+
+    wait_until(lambda: bool(rows()), timeout=15, what="the reservation ledger row")
+    [(outcome, taken, settled, estimated_output, actual_input, actual_output)] = rows()
+    assert outcome == "reconciled"
+    assert estimated_output == 300
+    assert (actual_input, actual_output) == (usage["prompt_tokens"], usage["completion_tokens"])
+    # The request took from its app's concurrency, its tenant's daily tokens and alpha's limits.
+    assert {
+        "app:acme/search/web:concurrency",
+        "tenant:acme:total_tokens:day",
+        "provider:alpha:requests:1m",
+        "provider:alpha:output_tokens:1m",
+    } <= set(taken)
+    # Output was reserved at max_tokens (300) and reconciled to what was really produced.
+    output = settled["provider:alpha:output_tokens:1m"]
+    assert output["released"] == 300 - usage["completion_tokens"]
+
+
 def test_it_cancels_the_upstream_call_when_the_client_disconnects(stack):
     stats = f"{stack.sim_url('alpha')}/_stats"
     # Slow alpha's chat-large down for a moment so the stream is surely still running.

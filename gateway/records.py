@@ -1,0 +1,142 @@
+"""What the ledger keeps of a request (one ``generation``) and of each reservation (C8)."""
+
+from __future__ import annotations
+
+from gateway import ledger
+from gateway.call import Call
+from gateway.providers.base import Usage
+from quotas.core.model import Grant, ReconcileResult, Refusal
+from routing.catalogue import EndpointEntry
+
+
+def usage_cost(endpoint: EndpointEntry, usage: Usage) -> float:
+    """USD the provider charges for ``usage`` (cached input at the cached price)."""
+    return round(
+        endpoint.cost(
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+        ),
+        10,
+    )
+
+
+def generation_record(
+    call: Call,
+    *,
+    status: int,
+    usage: Usage | None = None,
+    finish_reason: str = "",
+    cancelled: bool = False,
+) -> None:
+    principal = call.principal
+    if principal is None:  # unauthenticated: nobody to charge, nothing to record
+        return
+    usage = usage or Usage()
+    endpoint = call.endpoint
+    demand = call.demand
+    ledger.ledger_record_later(
+        "generation",
+        {
+            "id": call.id,
+            "created_at": call.created,
+            "tenant_id": principal.tenant_id,
+            "team_id": principal.team_id,
+            "app_id": principal.app_id,
+            "api_key_id": principal.key_id,
+            "workload_class": call.workload.name,
+            "model": endpoint.model_slug if endpoint else (call.model.slug if call.model else ""),
+            "provider": endpoint.provider.name if endpoint else "",
+            "upstream_model": endpoint.upstream_model if endpoint else "",
+            "status": status,
+            "reason_code": call.reason,
+            "finish_reason": finish_reason or "",
+            "streamed": call.stream,
+            "cancelled": cancelled,
+            "input_tokens": usage.input_tokens,
+            "cached_input_tokens": usage.cached_input_tokens,
+            "output_tokens": usage.output_tokens,
+            "estimated_input_tokens": demand.input_tokens if demand else 0,
+            "estimated_output_tokens": demand.output_tokens if demand else 0,
+            "cost": usage_cost(endpoint, usage) if endpoint else 0.0,
+            "latency_ms": call.elapsed() * 1000,
+            "ttft_ms": call.ttft * 1000 if call.ttft is not None else None,
+            "attempts": call.attempts,
+            "detail": {"explanation": call.explanation, "route": call.route},
+        },
+    )
+
+
+def reservation_record(
+    call: Call,
+    endpoint: EndpointEntry,
+    grant: Grant,
+    result: ReconcileResult,
+    *,
+    estimated_spend: float,
+    usage: Usage | None = None,
+) -> None:
+    """C8: a reservation as it was taken and settled."""
+    principal = call.principal
+    assert principal is not None and call.demand is not None
+    demand = call.demand
+    ledger.ledger_record_later(
+        "reservation",
+        {
+            "id": grant.reservation_id,
+            "request_id": call.id,
+            "idempotency_key": call.idempotency_key,
+            "created_at": grant.created_at,
+            "expires_at": grant.expires_at,
+            "queue_deadline": call.deadline,
+            "tenant_id": principal.tenant_id,
+            "app_id": principal.app_id,
+            "api_key_id": principal.key_id,
+            "model": endpoint.model_slug,
+            "provider": endpoint.provider.name,
+            "workload_class": call.workload.name,
+            "estimated_input_tokens": demand.input_tokens,
+            "estimated_output_tokens": demand.output_tokens,
+            "estimated_total_tokens": demand.total_tokens,
+            "estimated_spend": estimated_spend,
+            "taken": grant.taken(),
+            "outcome": result.outcome.value,
+            "reason_code": call.reason,
+            "queue_wait_ms": call.queue_wait * 1000,
+            "actual_input_tokens": usage.input_tokens if usage else None,
+            "actual_cached_input_tokens": usage.cached_input_tokens if usage else None,
+            "actual_output_tokens": usage.output_tokens if usage else None,
+            "actual_spend": usage_cost(endpoint, usage) if usage else None,
+            "settled": {
+                s.bucket: {"released": s.released, "charged": s.charged} for s in result.settlements
+            },
+        },
+    )
+
+
+def refusal_record(call: Call, refusal: Refusal) -> None:
+    """C8: the broker's refusal, so the ledger shows what was asked and why it was not given."""
+    principal = call.principal
+    if principal is None or call.demand is None:
+        return
+    ledger.ledger_record_later(
+        "reservation",
+        {
+            "id": refusal.reservation_id,
+            "request_id": call.id,
+            "idempotency_key": call.idempotency_key,
+            "created_at": refusal.at,
+            "queue_deadline": call.deadline,
+            "tenant_id": principal.tenant_id,
+            "app_id": principal.app_id,
+            "api_key_id": principal.key_id,
+            "model": call.model.slug if call.model else "",
+            "workload_class": call.workload.name,
+            "estimated_input_tokens": call.demand.input_tokens,
+            "estimated_output_tokens": call.demand.output_tokens,
+            "estimated_total_tokens": call.demand.total_tokens,
+            "outcome": "refused",
+            "reason_code": f"{refusal.reason.value}:{refusal.bucket}",
+            "queue_wait_ms": call.queue_wait * 1000,
+        },
+    )
