@@ -10,13 +10,12 @@ with the reason, the binding bucket and ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.call import Call
-from gateway.errors import CapacityRefused, IdempotencyConflict
+from gateway.errors import CapacityRefused
 from gateway.providers.base import Usage
 from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
@@ -123,10 +122,6 @@ def _admitted(
     demand: Demand,
     body: dict[str, Any],
 ) -> Admitted:
-    if grant.replayed:
-        raise IdempotencyConflict(
-            "A request with this Idempotency-Key was already accepted; it is not sent again."
-        )
     call.grant, call.demand = grant, demand
     return Admitted(endpoint, buckets, grant, demand, body)
 
@@ -152,10 +147,5 @@ def _refusal(call: Call, refusal: Refusal, demand: Demand) -> CapacityRefused:
 
 
 def _reservation_id(call: Call) -> str:
-    """Unique per admission; the first one of a request with an Idempotency-Key is the key's."""
     call.admissions += 1
-    if call.idempotency_key and call.admissions == 1:
-        assert call.principal is not None
-        digest = hashlib.sha256(call.idempotency_key.encode()).hexdigest()[:32]
-        return f"idem:{call.principal.tenant_id}:{digest}"
     return f"{call.id}:{call.admissions}"

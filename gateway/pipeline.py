@@ -11,6 +11,8 @@ Each step is one call into the app that owns it; nothing clever lives here.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import random
 import time
 from typing import Any
@@ -19,7 +21,9 @@ import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from redis.exceptions import RedisError
 
+from gateway import redis as sy_redis
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.decision import decision_headers
@@ -28,6 +32,7 @@ from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
     GatewayError,
+    IdempotencyConflict,
     InvalidRequest,
     PermissionDenied,
     ServiceUnavailable,
@@ -51,6 +56,8 @@ from routing.core.stats import Outcome as RoutingOutcome
 from routing.core.sticky import StickyState, conversation_key
 from routing.live import LiveRouter, live_router
 from tenants.identity import Principal, bearer_secret
+
+log = logging.getLogger(__name__)
 
 PROVIDER_HEADER = "x-switchyard-provider"
 ROUTE_HEADER = "x-switchyard-route"
@@ -88,8 +95,17 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         call.workload = _workload(snapshot, call.principal, request)
         call.stream = bool(body.get("stream"))
         call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
+        if call.idempotency_key:
+            await _idempotency_claim(call)
         candidates = await _plan(call, snapshot, body, request)
         return await _serve(call, snapshot, body, candidates)
+    except RedisError:
+        # The broker cannot promise capacity without its shared state: refuse, don't guess.
+        log.warning("Redis failed during a request", exc_info=True)
+        error = ServiceUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
+        call.reason = "broker_unavailable"
+        generation_record(call, status=error.status)
+        return error_response(error, _headers(call, retry_after=1.0))
     except GatewayError as error:
         call.reason = error.reason
         generation_record(call, status=error.status)
@@ -172,6 +188,20 @@ def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) ->
             )
         return chosen
     return default
+
+
+async def _idempotency_claim(call: Call) -> None:
+    """E3: a request with an Idempotency-Key reaches a provider once, however often it is sent."""
+    assert call.principal is not None
+    digest = hashlib.sha256(call.idempotency_key.encode()).hexdigest()[:32]
+    key = sy_redis.key("idempotency", call.principal.tenant_id, digest)
+    client = sy_redis.async_client()
+    if not await client.set(key, call.id, nx=True, ex=settings.IDEMPOTENCY_TTL_SECONDS):
+        first = (await client.get(key) or b"").decode()
+        raise IdempotencyConflict(
+            f"A request with this Idempotency-Key was already accepted as {first}; "
+            "it is not sent again (its result: GET /v1/generation?id=…)."
+        )
 
 
 async def _plan(

@@ -24,10 +24,16 @@ def sync_client() -> redis.Redis:
 
 
 def async_client() -> redis.asyncio.Redis:
-    # One pool per process: uvicorn runs one event loop per worker process.
+    # One pool per process: uvicorn runs one event loop per worker process. A blocking pool
+    # makes a burst beyond REDIS_MAX_CONNECTIONS wait for a free connection instead of failing.
     global _async_client
     if _async_client is None:
-        _async_client = redis.asyncio.Redis.from_url(settings.REDIS_URL, decode_responses=False)
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            settings.REDIS_URL,
+            max_connections=settings.REDIS_MAX_CONNECTIONS,
+            timeout=settings.REDIS_POOL_TIMEOUT,
+        )
+        _async_client = redis.asyncio.Redis(connection_pool=pool)
     return _async_client
 
 

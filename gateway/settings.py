@@ -139,6 +139,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Every Redis key of this deployment starts with this, so tests and demos can share a server.
 REDIS_PREFIX = env_str("REDIS_PREFIX", "sy")
+# Connections per gateway process; beyond them a request waits up to the pool timeout (s).
+REDIS_MAX_CONNECTIONS = env_int("REDIS_MAX_CONNECTIONS", 200)
+REDIS_POOL_TIMEOUT = env_float("REDIS_POOL_TIMEOUT", 5.0)
 
 CACHES = {
     "default": {
@@ -201,6 +204,8 @@ ROUTING_STRATEGY = env_str("ROUTING_STRATEGY", "routing_cost")
 ROUTING_PARAMETERS = env_json("ROUTING_PARAMETERS", {})
 # How often each process merges its live endpoint statistics with the other processes' (s).
 ROUTING_SYNC_INTERVAL = env_float("ROUTING_SYNC_INTERVAL", 1.0)
+# E3: how long an Idempotency-Key is remembered after its first request (seconds).
+IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
 

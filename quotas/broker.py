@@ -21,7 +21,15 @@ from gateway.providers.base import LimitObservation, RateLimitInfo
 from gateway.providers.base import Usage as ProviderUsage
 from quotas.core.estimate import Demand
 from quotas.core.jitter import jittered, pause_spread
-from quotas.core.model import Dimension, Grant, ReconcileResult, Refusal, Rule, Usage
+from quotas.core.model import (
+    Dimension,
+    Grant,
+    Outcome,
+    ReconcileResult,
+    Refusal,
+    Rule,
+    Usage,
+)
 from quotas.snapshot import QuotaSnapshot, ScopedBucket
 from quotas.store.redis import RedisReservationStore
 from routing.catalogue import EndpointEntry
@@ -101,17 +109,27 @@ class Broker:
     async def admit(
         self, reservation_id: str, attempt: AttemptBuckets, demand: Usage
     ) -> Grant | Refusal:
+        if not attempt.buckets:  # nothing limits this request: no state to touch
+            now = time.time()
+            return Grant(reservation_id, now, now + self.lease_seconds, ())
         return await self.store.reserve(reservation_id, attempt.specs, demand)
 
     async def reconcile(self, grant: Grant, actual: Usage) -> ReconcileResult:
+        if not grant.parts:
+            return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
         return await self.store.reconcile(grant, actual)
 
     async def release(self, grant: Grant) -> ReconcileResult:
+        if not grant.parts:
+            return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
         return await self.store.release(grant)
 
     @contextlib.asynccontextmanager
     async def held(self, grant: Grant) -> AsyncIterator[None]:
         """Keep the lease alive while a long request or stream runs (C9, C10)."""
+        if not grant.parts:
+            yield
+            return
         renewer = asyncio.create_task(self._renew_until_cancelled(grant))
         try:
             yield

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -35,8 +36,6 @@ PROVIDER_KEYS = {
     "BETA_API_KEY": "sim-beta",
     "GAMMA_API_KEY": "sim-gamma",
 }
-# Reference market ports, rewritten in the config copy to the ports the simulator really got.
-REFERENCE_PORTS = {"alpha": 9101, "beta": 9102, "gamma": 9103}
 
 
 def free_port() -> int:
@@ -138,7 +137,8 @@ class Stack:
 
     def _start_simulator(self) -> None:
         ready = self.workdir / "simulator-ports.json"
-        ports = ",".join(f"{name}=0" for name in REFERENCE_PORTS)
+        providers = [p["name"] for p in yaml.safe_load(self.market.read_text())["providers"]]
+        ports = ",".join(f"{name}=0" for name in providers)
         self._spawn(
             "simulator",
             [
@@ -165,10 +165,10 @@ class Stack:
     def _config_with_ports(self) -> Path:
         config = yaml.safe_load(self.config.read_text())
         for provider in config["providers"]:
-            if provider["name"] in self.sim_ports:
-                reference = REFERENCE_PORTS[provider["name"]]
-                actual = self.sim_ports[provider["name"]]
-                provider["base_url"] = provider["base_url"].replace(f":{reference}", f":{actual}")
+            port = self.sim_ports.get(provider["name"])
+            if port is not None:  # the config's URL with the port the simulator really got
+                url = urlsplit(provider["base_url"])
+                provider["base_url"] = urlunsplit(url._replace(netloc=f"127.0.0.1:{port}"))
         if self.config_edit:
             self.config_edit(config)
         path = self.workdir / "switchyard.yaml"

@@ -66,6 +66,11 @@ class ProviderApp:
         self.latency_scale = latency_scale
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        # Retry-After is a promise the provider makes to every client of this account: requests
+        # arriving before the latest one ran out are counted, so a load test can prove that a
+        # gateway honours it (requests_ignoring_retry_after stays 0).
+        self._retry_after_until = 0.0
+        self._ignoring_retry_after = 0
 
     def __call__(self, exchange: Exchange) -> None:
         request = exchange.request
@@ -82,6 +87,7 @@ class ProviderApp:
             return exchange.respond(200, [], orjson.dumps(self.stats()))
         if path == "/_reset" and method == "POST":
             self.behaviour.reset_counters()
+            self._ignoring_retry_after = 0
             return exchange.respond(200, [], b'{"reset": true}')
         if path == "/_incident" and method == "POST":
             return self._incident(exchange)
@@ -102,6 +108,7 @@ class ProviderApp:
             "protocol": self.spec.protocol,
             "uptime_s": round(now - behaviour.started_at, 3),
             **behaviour.stats(),
+            "requests_ignoring_retry_after": self._ignoring_retry_after,
             "limits": {
                 d.dimension: {"limit": d.limit, "remaining": d.remaining, "reset_s": d.reset_s}
                 for d in behaviour.limit_status(now).dimensions
@@ -130,8 +137,14 @@ class ProviderApp:
         except BadRequest as error:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
+        if now < self._retry_after_until:
+            self._ignoring_retry_after += 1
         outcome = self.behaviour.admit(now, parsed.request)
         if isinstance(outcome, Rejection):
+            if outcome.retry_after_header is not None:
+                self._retry_after_until = max(
+                    self._retry_after_until, now + outcome.retry_after_header
+                )
             return self._send(exchange, wire.rejection(outcome, parsed.request.model, now))
         plan = outcome
         headers = wire.limit_headers(plan.limits, now)

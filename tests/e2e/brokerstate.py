@@ -1,0 +1,49 @@
+"""Reading a running stack's bucket levels straight from its Redis, as the broker sees them."""
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from quotas.models import Bucket
+from quotas.snapshot import bucket_spec
+from quotas.store.redis import RedisReservationStore
+
+COLUMNS = (
+    "name",
+    "scope_kind",
+    "api_key_id",
+    "app_id",
+    "team_id",
+    "tenant_id",
+    "partner_id",
+    "provider_id",
+    "model_id",
+    "dimension",
+    "rule",
+    "capacity",
+    "period_seconds",
+    "window",
+    "resets_at",
+    "timezone",
+    "duration_seconds",
+    "factor",
+    "source",
+    "shadow",
+)
+
+
+def bucket_available(stack, name: str) -> float:
+    columns = ", ".join(f'"{column}"' for column in COLUMNS)
+    [row] = stack.sql(f"select {columns} from quotas_bucket where name = %s", name)
+    spec = bucket_spec(Bucket(**dict(zip(COLUMNS, row, strict=True))))
+
+    async def read() -> float:
+        client = Redis.from_url(stack.redis_url)
+        try:
+            store = RedisReservationStore(client, prefix=stack.name)
+            [level] = await store.levels([spec])
+            return level.available
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())

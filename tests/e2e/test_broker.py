@@ -1,0 +1,367 @@
+"""The rate-limit broker end to end (issue 3): real gateway, real simulator, real Redis.
+
+A market of its own: `delta` (60 requests/min, 12 concurrent — enforced by the simulator and
+configured identically in the gateway), `epsilon` (a simulator limit of 30 requests/min that the
+gateway is NOT told about, so only the provider's own 429s and Retry-After can teach it),
+`zeta` (no limits, for faults), and three tenants sharing them.
+"""
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.e2e.brokerstate import bucket_available
+from tests.stack import Stack, wait_until
+
+pytestmark = pytest.mark.e2e
+
+DEADLINE = 3.0
+MARKET = {
+    "providers": [
+        {
+            "name": "delta",
+            "port": 9201,
+            "protocol": "openai",
+            "limits": {"requests_per_minute": 60, "concurrency": 12},
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 40, "p95": 80},
+                    "tokens_per_s": {"median": 400, "p05": 200},
+                    "error_rate": 0.0,
+                    "cache_hit_rate": 1.0,
+                }
+            },
+        },
+        {
+            "name": "epsilon",
+            "port": 9202,
+            "protocol": "openai",
+            "limits": {"requests_per_minute": 30},
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 20, "p95": 40},
+                    "tokens_per_s": {"median": 1000, "p05": 500},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
+            "name": "zeta",
+            "port": 9203,
+            "protocol": "openai",
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 20, "p95": 40},
+                    "tokens_per_s": {"median": 1000, "p05": 500},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+    ]
+}
+
+
+def _endpoint(provider):
+    return {
+        "provider": provider,
+        "upstream_model": "m",
+        "price": {"input": 1.0, "cached_input": 0.1, "output": 2.0},
+        "context_window": 100000,
+        "max_output": 4096,
+        "supports": ["tools", "stream"],
+    }
+
+
+def _tenant(name, limits=()):
+    return {
+        "name": name,
+        "limits": list(limits),
+        "teams": [
+            {
+                "name": "t",
+                "apps": [
+                    {
+                        "name": "a",
+                        "default_workload": "interactive",
+                        "keys": [{"name": "k", "secret": f"sk-sy-test-broker-{name}"}],
+                    }
+                ],
+            }
+        ],
+    }
+
+
+CONFIG = {
+    "providers": [
+        {
+            "name": "delta",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9201/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            "limits": [
+                {"dimension": "requests", "capacity": 60, "per": "1m"},
+                {"dimension": "concurrency", "capacity": 12},
+            ],
+        },
+        {
+            "name": "epsilon",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9202/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            "limits": [{"dimension": "requests", "capacity": 6000, "per": "1m"}],
+        },
+        {
+            "name": "zeta",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9203/v1",
+            "api_key_env": "ALPHA_API_KEY",
+        },
+    ],
+    "models": [
+        {"slug": "broker/delta", "endpoints": [_endpoint("delta")]},
+        {"slug": "broker/epsilon", "endpoints": [_endpoint("epsilon")]},
+        {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
+    ],
+    "workload_classes": [
+        {
+            "name": "interactive",
+            "deadline": f"{int(DEADLINE)}s",
+            "max_queue_depth": 1000,
+            "overload": "reject",
+            "weight": 8,
+            "retry_budget": 2,
+        }
+    ],
+    "tenants": [
+        _tenant(
+            "one",
+            [
+                {
+                    "dimension": "total_tokens",
+                    "capacity": 10000000,
+                    "window": "day",
+                    "resets_at": "00:00",
+                    "timezone": "UTC",
+                }
+            ],
+        ),
+        _tenant("two"),
+        _tenant("three"),
+    ],
+}
+KEYS = {name: f"sk-sy-test-broker-{name}" for name in ("one", "two", "three")}
+
+
+@pytest.fixture(scope="module")
+def broker_stack(tmp_path_factory):
+    import os
+
+    folder = tmp_path_factory.mktemp("broker")
+    market, config = folder / "market.yaml", folder / "switchyard.yaml"
+    market.write_text(yaml.safe_dump(MARKET))
+    config.write_text(yaml.safe_dump(CONFIG))
+    stack = Stack(
+        database_url=os.environ["DATABASE_URL"],
+        redis_url=os.environ["REDIS_URL"],
+        market=market,
+        config=config,
+        latency_scale=1.0,
+        celery=True,
+    )
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+def sim_stats(stack, provider):
+    return httpx.get(f"{stack.sim_url(provider)}/_stats").json()
+
+
+async def _post(client, stack, key, payload, headers=None):
+    started = time.monotonic()
+    response = await client.post(
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", **(headers or {})},
+        json=payload,
+    )
+    return response, time.monotonic() - started
+
+
+def _payload(model, **extra):
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 16,
+        **extra,
+    }
+
+
+def test_it_keeps_a_burst_of_five_times_the_limit_away_from_the_provider(broker_stack):
+    """Three tenants send 300 requests at once to a pool of 60 requests/min."""
+    before = sim_stats(broker_stack, "delta")
+
+    async def burst():
+        limits = httpx.Limits(max_connections=400)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            calls = [
+                _post(client, broker_stack, KEYS[tenant], _payload("broker/delta"))
+                for _ in range(100)
+                for tenant in KEYS
+            ]
+            return await asyncio.gather(*calls)
+
+    started = time.monotonic()
+    results = asyncio.run(burst())
+    elapsed = time.monotonic() - started
+    after = sim_stats(broker_stack, "delta")
+
+    statuses = [r.status_code for r, _ in results]
+    assert set(statuses) <= {200, 429}, statuses
+    assert after["rate_limited"] == before["rate_limited"], "the provider answered 429"
+    served = statuses.count(200)
+    assert served == after["requests"] - before["requests"]
+    assert served <= 60 + elapsed * 1.0 + 1  # a full bucket plus what refilled meanwhile
+    for response, seconds in results:
+        waited = int(response.headers["x-switchyard-queue-wait-ms"]) / 1000
+        assert waited <= DEADLINE + 0.1, "a waiter stayed past its deadline"
+        if response.status_code == 429:
+            assert int(response.headers["Retry-After"]) >= 1
+            assert response.headers["x-switchyard-reason"]
+            assert response.json()["error"]["reason"] == response.headers["x-switchyard-reason"]
+            # The strict bound is the gateway's own (above); the client's time also holds the
+            # accept backlog of 300 connections arriving at once on one worker.
+            assert seconds <= DEADLINE + 2.0
+
+
+def test_it_keeps_retries_of_a_half_broken_provider_within_the_budget(broker_stack):
+    httpx.post(
+        f"{broker_stack.sim_url('zeta')}/_incident",
+        json={"model": "m", "for": "15s", "overload_rate": 0.5},
+    ).raise_for_status()
+    before = sim_stats(broker_stack, "zeta")["requests"]
+
+    async def requests():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(
+                *(
+                    _post(client, broker_stack, KEYS["two"], _payload("broker/zeta"))
+                    for _ in range(20)
+                )
+            )
+
+    results = asyncio.run(requests())
+    attempts = [int(r.headers["x-switchyard-attempts"]) for r, _ in results]
+    reached = sim_stats(broker_stack, "zeta")["requests"] - before
+    assert max(attempts) <= 3, "interactive work has a budget of two retries"
+    assert reached == sum(attempts), "every attempt the gateway counted reached the provider once"
+    assert sum(r.status_code == 200 for r, _ in results) >= 15
+    wait_until(
+        lambda: not sim_stats(broker_stack, "zeta")["incidents"], timeout=20, what="incident end"
+    )
+
+
+def test_it_sends_nothing_to_a_provider_before_its_retry_after(broker_stack):
+    """epsilon allows 30 requests/min but the gateway believes 6000: only its 429 can tell."""
+    stats = f"{broker_stack.sim_url('epsilon')}/_stats"
+
+    async def sequential():
+        results = []
+        async with httpx.AsyncClient(timeout=30) as client:
+            for _ in range(45):
+                results.append(
+                    await _post(client, broker_stack, KEYS["three"], _payload("broker/epsilon"))
+                )
+        return results
+
+    results = asyncio.run(sequential())
+    after = httpx.get(stats).json()
+    assert after["rate_limited"], "the provider's own limit was reached"
+    assert after["requests_ignoring_retry_after"] == 0
+    refused = [r for r, _ in results if r.status_code == 429]
+    assert all(r.headers.get("Retry-After") for r in refused)
+
+
+def test_it_reconciles_streaming_usage_exactly_including_cached_tokens(broker_stack):
+    long_prompt = "Please summarise the following notes carefully. " * 200
+    payload = {
+        "model": "broker/delta",
+        "messages": [{"role": "user", "content": long_prompt}],
+        "max_tokens": 400,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    before = bucket_available(broker_stack, "tenant:one:total_tokens:day")
+    with httpx.stream(
+        "POST",
+        f"{broker_stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEYS['one']}"},
+        json=payload,
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        chunks = [
+            json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")
+        ]
+    usage = chunks[-1]["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 0, "the simulator reported a cache hit"
+    after = bucket_available(broker_stack, "tenant:one:total_tokens:day")
+    assert before - after == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broker_stack):
+    httpx.post(
+        f"{broker_stack.sim_url('delta')}/_incident",
+        json={"model": "m", "for": "3s", "tokens_per_s": {"median": 5, "p05": 4}},
+    ).raise_for_status()
+    tokens_before = bucket_available(broker_stack, "tenant:one:total_tokens:day")
+    payload = {
+        "model": "broker/delta",
+        "messages": [{"role": "user", "content": "a long story"}],
+        "max_tokens": 2000,
+        "stream": True,
+    }
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "POST",
+            f"{broker_stack.base_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEYS['one']}"},
+            json=payload,
+        ) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+            assert bucket_available(broker_stack, "provider:delta:concurrency") == 11
+        # the client went away mid-stream
+    wait_until(
+        lambda: bucket_available(broker_stack, "provider:delta:concurrency") == 12,
+        timeout=5,
+        what="the concurrency slot to come back",
+    )
+    spent = tokens_before - bucket_available(broker_stack, "tenant:one:total_tokens:day")
+    assert 0 < spent < 2000, "reconciled to what was streamed, not the 2000 reserved"
+
+
+def test_it_sends_one_request_for_one_idempotency_key(broker_stack):
+    before = sim_stats(broker_stack, "zeta")["requests"]
+
+    async def twice():
+        async with httpx.AsyncClient(timeout=30) as client:
+            headers = {"Idempotency-Key": "order-4711"}
+            return await asyncio.gather(
+                *(
+                    _post(client, broker_stack, KEYS["two"], _payload("broker/zeta"), headers)
+                    for _ in range(2)
+                )
+            )
+
+    results = asyncio.run(twice())
+    statuses = sorted(r.status_code for r, _ in results)
+    assert sim_stats(broker_stack, "zeta")["requests"] - before == 1
+    assert statuses == [200, 409]
+    conflict = next(r for r, _ in results if r.status_code == 409)
+    assert conflict.json()["error"]["code"] == "idempotency_conflict"
