@@ -184,6 +184,8 @@ class _Writer:
                 {"slug": spec.slug},
                 {
                     "default_output_tokens": spec.default_output_tokens,
+                    "default_input_tokens": spec.default_input_tokens,
+                    "routing_parameters": spec.routing,
                     "allow_fallbacks": spec.allow_fallbacks,
                     "is_active": spec.is_active,
                 },
@@ -208,6 +210,7 @@ class _Writer:
                         "context_window": ep.context_window,
                         "max_output": ep.max_output,
                         "supports": ep.supports,
+                        "quality_flagged": ep.quality_flagged,
                         "is_active": ep.is_active,
                     },
                 )

@@ -31,6 +31,7 @@ from gateway.configfile.reader import (
     timestamp,
     url,
 )
+from routing.core.parameters import RoutingParameters
 from tenants.keys import KEY_TYPE_PREFIX
 
 PROTOCOLS = ("openai", "anthropic")
@@ -72,6 +73,7 @@ class EndpointSpec:
     context_window: int
     max_output: int
     supports: list[str]
+    quality_flagged: bool
     is_active: bool
 
 
@@ -80,6 +82,8 @@ class ModelSpec:
     path: str
     slug: str
     default_output_tokens: int
+    default_input_tokens: int | None
+    routing: dict[str, float]
     allow_fallbacks: bool
     fallback_model: str
     is_active: bool
@@ -199,6 +203,8 @@ def parse_model(s: Section) -> ModelSpec:
         path=s.path,
         slug=s.field("slug", model_slug),
         default_output_tokens=s.field("default_output_tokens", positive_int, 400),
+        default_input_tokens=s.field("default_input_tokens", positive_int, None),
+        routing=s.field("routing", routing_overrides, {}),
         allow_fallbacks=s.field("allow_fallbacks", boolean, True),
         fallback_model=s.field("fallback_model", model_slug, ""),
         is_active=s.field("active", boolean, True),
@@ -220,6 +226,7 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         context_window=s.field("context_window", positive_int),
         max_output=s.field("max_output", positive_int),
         supports=s.field("supports", list_of(choice(*CAPABILITIES)), []),
+        quality_flagged=s.field("quality_flagged", boolean, False),
         is_active=s.field("active", boolean, True),
     )
     both = isinstance(spec.max_output, int) and isinstance(spec.context_window, int)
@@ -230,6 +237,21 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         )
     s.done()
     return spec
+
+
+def routing_overrides(value: object) -> dict[str, float]:
+    """A model's routing parameters (routing/core/parameters.py) that differ from the defaults."""
+    if not isinstance(value, dict):
+        raise Invalid("must be a mapping of routing parameter names to values")
+    try:
+        RoutingParameters(**value)
+    except TypeError as exc:
+        known = ", ".join(sorted(RoutingParameters.__dataclass_fields__))
+        raise Invalid(f"{exc} (known: {known})") from None
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise Invalid(f"must be a number, got {number!r}", at=f".{name}")
+    return dict(value)
 
 
 def parse_price(s: Section) -> PriceSpec:

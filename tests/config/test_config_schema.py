@@ -54,6 +54,19 @@ def test_it_parses_the_reference_file() -> None:
     assert config.providers[2].limits[1].duration_seconds == 5 * 3600
 
 
+def test_it_reads_routing_overrides_and_quality_flags() -> None:
+    data = reference()
+    data["models"][0]["routing"] = {"band": 0.2, "time_value": 0.8}
+    data["models"][0]["default_input_tokens"] = 2500
+    data["models"][0]["endpoints"][2]["quality_flagged"] = True
+
+    model = config_parse(data).models[0]
+
+    assert model.routing == {"band": 0.2, "time_value": 0.8}
+    assert model.default_input_tokens == 2500
+    assert [e.quality_flagged for e in model.endpoints] == [False, False, True]
+
+
 def test_it_names_buckets_by_their_own_scope() -> None:
     names = [bucket_name(scope, limit) for scope, limit in scoped_limits(config_parse(reference()))]
 
@@ -120,6 +133,13 @@ def _edit(path: str, value: object) -> dict[str, Any]:
 _DELETE = object()
 
 INVALID = [
+    (
+        "models[0].routing",
+        {"bandd": 0.2},
+        "models[0].routing: RoutingParameters.__init__() got an unexpected keyword argument "
+        "'bandd' (known: ",
+    ),
+    ("models[0].routing", {"band": "wide"}, "models[0].routing.band: must be a number, got 'wide'"),
     (
         "providers[1].limits[2].capacity",
         -5,
