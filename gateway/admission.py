@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.call import Call
+from gateway.decision import BucketState, reset_seconds
 from gateway.errors import CapacityRefused
 from gateway.providers.base import Usage
 from gateway.records import refusal_record
@@ -123,6 +124,13 @@ def _admitted(
     body: dict[str, Any],
 ) -> Admitted:
     call.grant, call.demand = grant, demand
+    call.bucket_states = [
+        BucketState(
+            bucket, part.remaining, reset_seconds(bucket.spec, part.remaining, grant.created_at)
+        )
+        for bucket, part in zip(buckets.buckets, grant.parts, strict=True)
+        if bucket.tenant_side and part.remaining is not None
+    ]
     return Admitted(endpoint, buckets, grant, demand, body)
 
 

@@ -7,8 +7,10 @@
 - ``Retry-After`` on every refusal, and Switchyard's own ``x-switchyard-*`` fields: reason
   code, binding bucket, queue id and wait, attempts, workload class.
 
-Only the caller's own buckets appear (tenant side: key, app, team, tenant, partner), by
-their public names — never another tenant's usage, never provider credentials.
+Only the caller's own buckets appear (key, app, team, tenant), by their public names — never
+another tenant's usage, never provider credentials. A partner's bucket is shared with sibling
+tenants, so its level would tell one tenant about another's traffic: it is named when it
+refuses, but its remaining capacity is never published.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from quotas.core.model import Dimension, Rule
+from quotas.core.model import BucketSpec, Dimension, Rule
+from quotas.core.windows import fixed_window_boundaries, window_of
 from quotas.snapshot import ScopedBucket
 
+OWN_SCOPES = frozenset({"api_key", "app", "team", "tenant"})
 REQUEST_DIMENSIONS = (Dimension.REQUESTS,)
 TOKEN_DIMENSIONS = (Dimension.TOTAL_TOKENS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS)
 
@@ -30,6 +34,20 @@ class BucketState:
     bucket: ScopedBucket
     remaining: float
     reset_seconds: float  # until it is full again (refill) or resets (windows)
+
+
+def reset_seconds(spec: BucketSpec, remaining: float, now: float) -> float:
+    """Until the bucket is full again (refill, rolling) or starts afresh (fixed window, ramp)."""
+    if spec.rule is Rule.REFILL:
+        return max(0.0, spec.capacity - remaining) * spec.period / spec.capacity
+    if spec.rule is Rule.FIXED_WINDOW and spec.window is not None:
+        bounds = fixed_window_boundaries(now, spec.window, spec.resets_at, spec.timezone)
+        return window_of(bounds, now)[1] - now
+    if spec.rule is Rule.ROLLING_WINDOW:
+        return spec.period if remaining < spec.capacity else 0.0
+    if spec.rule is Rule.RAMP:
+        return spec.period - now % spec.period
+    return 0.0  # concurrency: a slot comes back when a request ends
 
 
 def decision_headers(
@@ -49,7 +67,7 @@ def decision_headers(
         "x-switchyard-attempts": str(attempts),
         "x-switchyard-queue-wait-ms": str(round(queue_wait * 1000)),
     }
-    visible = [s for s in states if s.bucket.tenant_side and not s.bucket.spec.shadow]
+    visible = [s for s in states if s.bucket.scope_kind in OWN_SCOPES and not s.bucket.spec.shadow]
     tightest = _tightest(visible)
     if binding_bucket:
         headers["x-switchyard-bucket"] = binding_bucket

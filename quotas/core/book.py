@@ -205,16 +205,23 @@ class Book:
             return refusal
         expires = now + lease_seconds
         granted: list[RecordPart] = []
+        remaining: list[float] = []
         for (spec, amount), (r, v), (_, reason, _) in zip(parts, views, checks, strict=True):
             if reason is not None or v is None:
                 granted.append(RecordPart(spec, 0.0, 0.0, True))
+                remaining.append(v.available if v is not None else 0.0)
                 continue
             state, marker = arith.take(v, r, now, amount, reservation_id, expires)
             self._write(spec, state)
             granted.append(RecordPart(spec, amount, marker, False))
+            remaining.append(v.available - amount)
         self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", granted)
         self._index[rkey] = expires
-        return Grant(reservation_id, now, expires, _grant_parts(granted), shadow)
+        given = tuple(
+            GrantPart(p.spec, p.amount, p.marker, p.skipped, left)
+            for p, left in zip(granted, remaining, strict=True)
+        )
+        return Grant(reservation_id, now, expires, given, shadow)
 
     def _replay(self, rec: Record, now: float) -> Grant:
         state = "expired" if rec.state == "active" and rec.expires <= now else rec.state

@@ -130,6 +130,8 @@ class GrantPart:
     amount: float
     marker: float = 0.0
     skipped: bool = False  # a shadow bucket that would have refused: nothing taken
+    # What the bucket had left right after this grant (H1 metadata); None on a replay.
+    remaining: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

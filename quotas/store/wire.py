@@ -58,10 +58,10 @@ def parse_reserve(
         n = int(reply[2])
         taken = []
         for i, (spec, amount) in enumerate(parts):
-            skipped = reply[4 + 2 * i] in (b"1", "1")
-            marker = f_(reply[3 + 2 * i])
-            taken.append(GrantPart(spec, 0.0 if skipped else amount, marker, skipped))
-        shadow, _ = refusals(reply, 3 + 2 * n)
+            marker, skipped, left = reply[3 + 3 * i : 6 + 3 * i]
+            skipped = skipped in (b"1", "1")
+            taken.append(GrantPart(spec, 0.0 if skipped else amount, f_(marker), skipped, f_(left)))
+        shadow, _ = refusals(reply, 3 + 3 * n)
         return Grant(reservation_id, now, now + lease, tuple(taken), shadow)
     if tag == "R":
         live, at = refusals(reply, 5)

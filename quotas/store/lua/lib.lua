@@ -330,7 +330,7 @@ local LEARNING_RULES = {fixed_window = true, rolling_window = true, concurrency 
 
 -- reserve_parts: all or nothing over parts (in D1 order). ctx = {now, born, learning_until,
 -- limit, id, expiry}; parts[i] = read_part(...) with .amount, .key, .hkey, .pkey set. Returns
--- {ok = true, taken = {{amount, marker, skipped}...}, shadow = {...}} or
+-- {ok = true, taken = {{amount, marker, skipped, remaining after}...}, shadow = {...}} or
 -- {ok = false, bucket, reason, retry, live = {...}, shadow = {...}}; refusals are
 -- {name, reason, retry}. Writes only when granting (and lazy expiry/pruning in view).
 local function reserve_parts(ctx, parts)
@@ -385,10 +385,13 @@ local function reserve_parts(ctx, parts)
   local taken = {}
   for i, p in ipairs(parts) do
     if checks[i][1] or not views[i] then
-      taken[i] = {0, 0, 1}
+      local left = 0
+      if views[i] then left = views[i].avail end
+      taken[i] = {0, 0, 1, left}
     else
+      local left = views[i].avail - p.amount
       local marker = take(p, views[i], p.key, p.hkey, now, p.amount, ctx.id, ctx.expiry)
-      taken[i] = {p.amount, marker, 0}
+      taken[i] = {p.amount, marker, 0, left}
     end
   end
   return {ok = true, taken = taken, shadow = shadow}

@@ -6,8 +6,9 @@
 -- ARGV[4] record retention after expiry (s), ARGV[5] max lease (s, the learning period after
 -- lost state), ARGV[6] expiry limit (holders expired per bucket and call), ARGV[7] n parts,
 -- then per part: the bucket blob (lib.lua read_part) and the amount, in the bucket's unit.
--- Returns {'G', now, n, (marker, skipped)*n, m, (name, reason, retry_at)*m} for a new grant
--- (created = now, expires = now + lease, amounts as asked; a skipped shadow part took 0),
+-- Returns {'G', now, n, (marker, skipped, remaining)*n, m, (name, reason, retry_at)*m} for a
+-- new grant (created = now, expires = now + lease, amounts as asked; a skipped shadow part took
+-- 0; remaining = what the bucket has left after the grant, for response metadata),
 -- {'P', now, created, expires, state, n, (name, amount, marker, skipped)*n} for a replay,
 -- or {'R', now, bucket, reason, retry_at, k, (name, reason, retry_at)*k, m, (shadow
 -- refusals)*m}. Numbers are %.17g strings ('inf' when never).
@@ -64,5 +65,6 @@ for i = 1, n do
   local marker = res.taken[i][2]
   if marker == 0 then out[#out + 1] = '0' else out[#out + 1] = fmt(marker) end
   out[#out + 1] = tostring(res.taken[i][3])
+  out[#out + 1] = fmt(res.taken[i][4])
 end
 return refusal_rows(out, res.shadow)
