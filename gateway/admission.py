@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import metrics
 from gateway.call import Call
 from gateway.decision import BucketState, reset_seconds
 from gateway.errors import CapacityRefused
@@ -124,6 +125,9 @@ def _admitted(
     body: dict[str, Any],
 ) -> Admitted:
     call.grant, call.demand = grant, demand
+    for shadow in grant.shadow_refusals:  # B: a trial limit is counted, never enforced
+        call.shadow_refusals.append(f"{shadow.bucket}:{shadow.reason.value}")
+        metrics.SHADOW_REFUSALS.labels(shadow.bucket).inc()
     call.bucket_states = [
         BucketState(
             bucket, part.remaining, reset_seconds(bucket.spec, part.remaining, grant.created_at)

@@ -42,6 +42,7 @@ class Call:
     admissions: int = 0  # reservations asked for (each has its own id)
     bucket_states: list[BucketState] = field(default_factory=list)  # tenant side, for H1
     binding_bucket: str = ""  # public name of the bucket that refused (H1)
+    shadow_refusals: list[str] = field(default_factory=list)  # trial limits that would refuse
     queue_id: str = ""
     attempts: int = 0  # upstream attempts made (F4 budget: attempts − 1 retries)
     queue_wait: float = 0.0  # seconds spent waiting for capacity

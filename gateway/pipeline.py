@@ -23,6 +23,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
+from gateway import metrics
 from gateway import redis as sy_redis
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
@@ -267,6 +268,10 @@ async def _serve(
         admitted = await admit(call, snapshot, body, candidates, broker)
         call.attempts += 1
         attempt = await _dispatch(call, body, admitted, broker)
+        metrics.ATTEMPTS.labels(
+            admitted.endpoint.provider.name,
+            attempt.failure.outcome.value if attempt.failure else "ok",
+        ).inc()
         if attempt.ok:
             if attempt.stream is not None:
                 return _stream_response(call, attempt, admitted, broker, live)

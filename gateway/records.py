@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway import ledger
+from gateway import ledger, metrics
 from gateway.call import Call
 from gateway.providers.base import Usage
 from quotas.core.model import Grant, ReconcileResult, Refusal
@@ -35,6 +35,18 @@ def generation_record(
     usage = usage or Usage()
     endpoint = call.endpoint
     demand = call.demand
+    model = endpoint.model_slug if endpoint else (call.model.slug if call.model else "")
+    metrics.REQUESTS.labels(
+        principal.tenant_name,
+        model,
+        endpoint.provider.name if endpoint else "",
+        call.workload.name,
+        str(status),
+        call.reason,
+    ).inc()
+    metrics.QUEUE_WAIT.labels(call.workload.name).observe(call.queue_wait)
+    if call.attempts:
+        metrics.RETRIES.labels(call.workload.name).observe(call.attempts)
     ledger.ledger_record_later(
         "generation",
         {
@@ -45,7 +57,7 @@ def generation_record(
             "app_id": principal.app_id,
             "api_key_id": principal.key_id,
             "workload_class": call.workload.name,
-            "model": endpoint.model_slug if endpoint else (call.model.slug if call.model else ""),
+            "model": model,
             "provider": endpoint.provider.name if endpoint else "",
             "upstream_model": endpoint.upstream_model if endpoint else "",
             "status": status,
@@ -62,7 +74,11 @@ def generation_record(
             "latency_ms": call.elapsed() * 1000,
             "ttft_ms": call.ttft * 1000 if call.ttft is not None else None,
             "attempts": call.attempts,
-            "detail": {"explanation": call.explanation, "route": call.route},
+            "detail": {
+                "explanation": call.explanation,
+                "route": call.route,
+                "shadow_refusals": call.shadow_refusals,
+            },
         },
     )
 
@@ -80,6 +96,13 @@ def reservation_record(
     principal = call.principal
     assert principal is not None and call.demand is not None
     demand = call.demand
+    if usage is not None and demand.raw_input_tokens:
+        metrics.ESTIMATE_RATIO.labels(endpoint.model_slug).observe(
+            usage.input_tokens / max(1, demand.input_tokens)
+        )
+        metrics.OVER_RESERVED.labels(endpoint.model_slug).inc(
+            max(0, demand.total_tokens - usage.total_tokens)
+        )
     ledger.ledger_record_later(
         "reservation",
         {
@@ -117,6 +140,7 @@ def reservation_record(
 def refusal_record(call: Call, refusal: Refusal) -> None:
     """C8: the broker's refusal, so the ledger shows what was asked and why it was not given."""
     principal = call.principal
+    metrics.REFUSALS.labels(refusal.bucket, refusal.reason.value).inc()
     if principal is None or call.demand is None:
         return
     ledger.ledger_record_later(

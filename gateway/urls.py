@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from gateway import api, views
+from gateway.metrics import metrics_view
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
@@ -9,6 +10,7 @@ urlpatterns = [
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
     path("ops/", include("ops.urls")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler404 = "gateway.views.not_found"

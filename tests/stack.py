@@ -92,6 +92,7 @@ class Stack:
             REDIS_PREFIX=self.name,
             DJANGO_SETTINGS_MODULE="gateway.settings",
             PYTHONPATH=str(ROOT),
+            PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "metrics"),
         )
         env.update(self.extra_env)
         return env
@@ -107,6 +108,7 @@ class Stack:
         return result.stdout
 
     def start(self) -> Stack:
+        (self.workdir / "metrics").mkdir(exist_ok=True)
         try:
             self._start_simulator()
             self._create_database()

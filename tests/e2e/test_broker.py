@@ -151,7 +151,8 @@ CONFIG = {
             ],
         ),
         _tenant("two"),
-        _tenant("three"),
+        # A trial limit: one request a minute, in shadow mode — counted, never enforced.
+        _tenant("three", [{"dimension": "requests", "capacity": 1, "per": "1m", "shadow": True}]),
     ],
 }
 KEYS = {name: f"sk-sy-test-broker-{name}" for name in ("one", "two", "three")}
@@ -365,3 +366,24 @@ def test_it_sends_one_request_for_one_idempotency_key(broker_stack):
     assert statuses == [200, 409]
     conflict = next(r for r, _ in results if r.status_code == 409)
     assert conflict.json()["error"]["code"] == "idempotency_conflict"
+
+
+def test_it_counts_but_never_enforces_a_shadow_limit(broker_stack):
+    responses = [
+        httpx.post(
+            f"{broker_stack.base_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEYS['three']}"},
+            json=_payload("broker/zeta"),
+            timeout=30,
+        )
+        for _ in range(3)
+    ]
+    assert [r.status_code for r in responses] == [200, 200, 200]
+
+    def shadowed():
+        ids = [r.json()["id"] for r in responses]
+        rows = broker_stack.sql("select detail from gateway_generation where id = any(%s)", ids)
+        return [d["shadow_refusals"] for (d,) in rows if d.get("shadow_refusals")]
+
+    wait_until(lambda: len(shadowed()) >= 2, timeout=15, what="shadow refusals in the ledger")
+    assert shadowed()[0] == ["tenant:three:requests:1m:shadow:bucket_exhausted"]

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.e2e
 
 SCALE = 0.25  # simulated latencies × 0.25: fast, yet far above the gateway's own milliseconds
 OUT = 60  # max_tokens of every request here, so the router's output estimate is exactly this
-WARM_UP = 30  # streamed answers per endpoint before the tests: the prior (3 answers) fades
+WARM_UP = 20  # streamed answers per endpoint before the tests: the prior (3 answers) fades
 LARGE, SMALL = "acme/chat-large", "acme/chat-small"
 SHORT = [{"role": "user", "content": "Say something short."}]
 # A copy of chat-small for the test that takes a provider down: its live statistics are its own,
@@ -79,8 +79,9 @@ def _warm_up(stack: Stack) -> None:
             assert response.status_code == 200, response.read()
             response.read()
 
-    providers = [e["provider"] for e in endpoints_of(LARGE)] * WARM_UP
-    with ThreadPoolExecutor(max_workers=9) as pool:
+    # gamma is the slowest: it starts first and gets the most workers at once.
+    providers = sorted([e["provider"] for e in endpoints_of(LARGE)] * WARM_UP, reverse=True)
+    with ThreadPoolExecutor(max_workers=12) as pool:
         list(pool.map(one, providers))
 
 
@@ -89,7 +90,9 @@ def body(model: str = LARGE, **fields) -> dict:
 
 
 def serve_many(stack: Stack, request: dict, n: int = 6, **kwargs) -> list[httpx.Response]:
-    return [chat(stack, request, **kwargs) for _ in range(n)]
+    """n identical requests at once (they meet the same routing table, so the same plan)."""
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(lambda _: chat(stack, request, **kwargs), range(n)))
 
 
 # --- what the market and the price list say -----------------------------------------------
@@ -258,14 +261,73 @@ def test_it_sorts_by_throughput(stack):
     assert route(responses[0])["strategy"] == "throughput"
 
 
+TTFT_BUG = (
+    "gateway/streaming.py relay() takes TTFT at the first translated chunk, which is the role-only"
+    " chunk (OpenAI's first delta, Anthropic's message_start) sent before any token, so every"
+    " endpoint's measured TTFT is ~2 ms of connection overhead: sort=latency and"
+    " preferred_max_latency order by noise, and G5's TTFT cost is lost."
+)
+
+
+def generation(stack: Stack, generation_id: str) -> dict:
+    """The tenant's record of a request (GET /v1/generation), once the ledger has stored it."""
+    deadline = time.monotonic() + 20
+    while True:
+        record = httpx.get(
+            f"{stack.base_url}/v1/generation",
+            params={"id": generation_id},
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=5,
+        )
+        if record.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    assert record.status_code == 200, record.text
+    return record.json()["data"]
+
+
+def stream(stack: Stack, request: dict) -> tuple[httpx.Response, list[dict]]:
+    """A streamed request: the response (headers) and its JSON chunks."""
+    with httpx.stream(
+        "POST",
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={**request, "stream": True, "stream_options": {"include_usage": True}},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        chunks = [
+            json.loads(line.removeprefix("data: "))
+            for line in response.iter_lines()
+            if line.startswith("data: {")
+        ]
+    return response, chunks
+
+
+@pytest.mark.xfail(strict=True, reason=TTFT_BUG)
+def test_it_measures_time_to_first_token_at_the_first_token(stack):
+    ttft = {p: first for p, (first, _) in speeds(LARGE).items()}
+    for provider in ttft:
+        _, chunks = stream(stack, body(provider={"only": [provider]}))
+        record = generation(stack, chunks[0]["id"])
+
+        assert record["provider_name"] == provider
+        # The simulator waits its TTFT before the first token; the gateway only adds to it.
+        assert record["time_to_first_token"] >= 0.9 * ttft[provider] * 1000
+
+
+@pytest.mark.xfail(strict=True, reason=TTFT_BUG)
 def test_it_sorts_by_latency(stack):
     first_token = {p: ttft for p, (ttft, _) in speeds(LARGE).items()}
     quickest = best(first_token)
 
-    responses = serve_many(stack, body(provider={"sort": "latency"}))
+    answers = [stream(stack, body(provider={"sort": "latency"})) for _ in range(6)]
 
-    assert {served_by(r) for r in responses} == {quickest}
-    assert route(responses[0])["strategy"] == "latency"
+    assert {r.headers["x-switchyard-provider"] for r, _ in answers} == {quickest}
+    assert route(answers[0][0])["strategy"] == "latency"
+    # The winner must be the quickest by the time it really took to its first token.
+    record = generation(stack, answers[0][1][0]["id"])
+    assert record["time_to_first_token"] >= 0.9 * first_token[quickest] * 1000
 
 
 def test_it_sorts_by_price_for_the_floor_suffix(stack):
@@ -307,6 +369,7 @@ def test_it_puts_endpoints_below_preferred_min_throughput_last(stack):
     assert set(refused(responses[0]).values()) == {"below_min_throughput"}
 
 
+@pytest.mark.xfail(strict=True, reason=TTFT_BUG)
 def test_it_puts_endpoints_above_preferred_max_latency_last(stack):
     first_token = {p: ttft for p, (ttft, _) in speeds(LARGE).items()}
     cheapest = best(listed_prices(LARGE, 10))
@@ -433,40 +496,18 @@ def test_it_explains_and_prices_the_answer_and_records_who_served(stack, provide
     usage = response.json()["usage"]
     assert usage["cost"] == pytest.approx(_cost(prices[provider], usage), rel=1e-6, abs=1e-10)
 
-    generation_id = response.json()["id"]
-    deadline = time.monotonic() + 20
-    while True:
-        record = httpx.get(
-            f"{stack.base_url}/v1/generation",
-            params={"id": generation_id},
-            headers={"Authorization": f"Bearer {KEY}"},
-            timeout=5,
-        )
-        if record.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.25)
-    assert record.status_code == 200, record.text
-    data = record.json()["data"]
+    data = generation(stack, response.json()["id"])
     assert (data["provider_name"], data["model"]) == (provider, LARGE)
     assert data["total_cost"] == pytest.approx(usage["cost"], rel=1e-6)
 
 
 def test_it_prices_a_streamed_answer_from_the_provider_that_served_it(stack):
     prices = {e["provider"]: e["price"] for e in endpoints_of(LARGE)}
-    with httpx.stream(
-        "POST",
-        f"{stack.base_url}/v1/chat/completions",
-        headers={"Authorization": f"Bearer {KEY}"},
-        json=body(stream=True, stream_options={"include_usage": True}),
-        timeout=30,
-    ) as response:
-        assert response.status_code == 200
-        provider = response.headers["x-switchyard-provider"]
-        assert route(response)["strategy"] == "routing_cost"
-        lines = [line for line in response.iter_lines() if line.startswith("data: {")]
 
-    last = json.loads(lines[-1].removeprefix("data: "))
-    assert last["provider"] == provider
-    assert last["usage"]["cost"] == pytest.approx(
-        _cost(prices[provider], last["usage"]), rel=1e-6, abs=1e-10
-    )
+    response, chunks = stream(stack, body())
+
+    provider = response.headers["x-switchyard-provider"]
+    assert route(response)["strategy"] == "routing_cost"
+    assert {c["provider"] for c in chunks} == {provider}
+    usage = chunks[-1]["usage"]
+    assert usage["cost"] == pytest.approx(_cost(prices[provider], usage), rel=1e-6, abs=1e-10)

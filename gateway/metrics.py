@@ -1,0 +1,76 @@
+"""Operator metrics (SPEC H2) in Prometheus format, served at ``/metrics`` to staff only.
+
+Labels name tenants, models, providers and buckets: this page is for the platform's operators,
+never for tenants (A4). With several uvicorn workers, set PROMETHEUS_MULTIPROC_DIR to a
+writable directory (the demo does) so that every worker's counts are added up.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUESTS = Counter(
+    "switchyard_requests_total",
+    "Logical requests by outcome.",
+    ["tenant", "model", "provider", "workload", "status", "reason"],
+)
+ATTEMPTS = Counter(
+    "switchyard_upstream_attempts_total",
+    "Upstream attempts by provider and outcome (ok, capacity, overload, provider_error, …).",
+    ["provider", "outcome"],
+)
+REFUSALS = Counter(
+    "switchyard_broker_refusals_total",
+    "Reservations the broker refused, by binding bucket and reason.",
+    ["bucket", "reason"],
+)
+SHADOW_REFUSALS = Counter(
+    "switchyard_shadow_refusals_total",
+    "Reservations a shadow bucket would have refused (it refused nothing).",
+    ["bucket"],
+)
+QUEUE_WAIT = Histogram(
+    "switchyard_queue_wait_seconds",
+    "Time requests waited for capacity.",
+    ["workload"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+RETRIES = Histogram(
+    "switchyard_attempts_per_request",
+    "Upstream attempts per logical request (retries and fallbacks included).",
+    ["workload"],
+    buckets=(1, 2, 3, 4, 6, 9),
+)
+ESTIMATE_RATIO = Histogram(
+    "switchyard_input_estimate_ratio",
+    "Actual input tokens over the estimate (C11): 1 is exact, > 1 under-reservation.",
+    ["model"],
+    buckets=(0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0),
+)
+OVER_RESERVED = Counter(
+    "switchyard_over_reserved_tokens_total",
+    "Tokens reserved but not used (capacity held back by over-reservation until reconcile).",
+    ["model"],
+)
+
+
+@staff_member_required
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        data = generate_latest(registry)
+    else:
+        data = generate_latest()
+    return HttpResponse(data, content_type=CONTENT_TYPE_LATEST)
