@@ -9,7 +9,7 @@ with the reason, the binding bucket and ``Retry-After``.
 
 from __future__ import annotations
 
-import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +21,16 @@ from gateway.errors import CapacityRefused
 from gateway.providers.base import Usage
 from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
-from quotas.broker import AttemptBuckets, Broker, attempt_buckets, demand_usage
+from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand, demand_estimate
+from quotas.core.fairqueue import QueueRefusal
 from quotas.core.model import Grant, Reason, Refusal
 from routing.catalogue import EndpointEntry
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
 CORRECTIONS = Corrections()
+# A tenant's flow may fill at most this share of a pool's queue (the rest stays for others).
+FLOW_SHARE_OF_QUEUE = 0.5
 
 
 @dataclass
@@ -61,7 +64,7 @@ class Candidate:
     endpoint: EndpointEntry
     buckets: AttemptBuckets
     demand: Demand
-    refusal: Refusal
+    refusal: Refusal | QueueRefusal
 
 
 async def admit(
@@ -71,6 +74,7 @@ async def admit(
     candidates: list[EndpointEntry],
     broker: Broker,
 ) -> Admitted:
+    """Try the ranked candidates without waiting; then wait in line for the first to fit."""
     assert call.principal is not None
     refused: list[Candidate] = []
     for endpoint in candidates:
@@ -84,11 +88,13 @@ async def admit(
             corrections=CORRECTIONS,
         )
         buckets = attempt_buckets(snapshot.quotas, call.principal, endpoint, model.id)
-        result = await broker.admit(_reservation_id(call), buckets, demand_usage(demand, endpoint))
+        result = await broker.admit(
+            _reservation_id(call), buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
+        )
         if isinstance(result, Grant):
             return _admitted(call, endpoint, buckets, result, demand, body)
         refused.append(Candidate(endpoint, buckets, demand, result))
-        call.explanation.append(f"{endpoint.provider.name}:{result.reason}")
+        call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
         if buckets.is_tenant_side(result.bucket):
             break  # the caller's own limit binds whichever endpoint serves the request
     return await _wait(call, body, refused, broker)
@@ -97,23 +103,39 @@ async def admit(
 async def _wait(
     call: Call, body: dict[str, Any], refused: list[Candidate], broker: Broker
 ) -> Admitted:
-    """Wait for the candidate that fits first, until the deadline; else refuse (E6)."""
-    waiting_since = time.monotonic()
+    """Wait in the fair queue of the candidate that fits first, until the deadline (D2, E6)."""
     best = min(refused, key=lambda c: c.refusal.retry_at)
+    if best.refusal.reason is Reason.UNSATISFIABLE:
+        raise _refusal(call, best.refusal, best.demand)
+    waiting_since = time.monotonic()
     try:
-        while True:
-            refusal = best.refusal
-            if refusal.reason is Reason.UNSATISFIABLE or refusal.retry_at > call.deadline:
-                raise _refusal(call, refusal, best.demand)
-            await asyncio.sleep(max(0.0, refusal.retry_at - time.time()))
-            result = await broker.admit(
-                _reservation_id(call), best.buckets, demand_usage(best.demand, best.endpoint)
-            )
-            if isinstance(result, Grant):
-                return _admitted(call, best.endpoint, best.buckets, result, best.demand, body)
-            best.refusal = result
+        result = await broker.admit(
+            _reservation_id(call),
+            best.buckets,
+            demand_usage(best.demand, best.endpoint),
+            _turn(call, wait=True),
+        )
     finally:
         call.queue_wait += time.monotonic() - waiting_since
+    if isinstance(result, Grant):
+        return _admitted(call, best.endpoint, best.buckets, result, best.demand, body)
+    raise _refusal(call, result, best.demand)
+
+
+def _turn(call: Call, *, wait: bool) -> Turn:
+    """The request's place in a pool's fair queue: its flow, weight, deadline and depth."""
+    assert call.principal is not None
+    workload = call.workload
+    depth = workload.max_queue_depth if wait else 0
+    return Turn(
+        # One flow per tenant and class, so a tenant's batch work never queues ahead of its
+        # own interactive requests; the weight is class × tenant (D2).
+        flow=f"{call.principal.tenant_id}/{workload.name}",
+        weight=workload.weight * call.principal.tenant_weight,
+        deadline=call.deadline,
+        max_depth=depth,
+        flow_depth=max(1, math.ceil(depth * FLOW_SHARE_OF_QUEUE)) if wait else 0,
+    )
 
 
 def _admitted(
@@ -138,24 +160,29 @@ def _admitted(
     return Admitted(endpoint, buckets, grant, demand, body)
 
 
-def _refusal(call: Call, refusal: Refusal, demand: Demand) -> CapacityRefused:
+def _refusal(call: Call, refusal: Refusal | QueueRefusal, demand: Demand) -> CapacityRefused:
     call.binding_bucket = refusal.bucket
+    call.queue_id = getattr(refusal, "queue_id", "")
     call.demand = demand
     refusal_record(call, refusal)
-    retry_after = max(0.0, refusal.retry_at - time.time())
+    reason = refusal.reason.value
     if refusal.reason is Reason.UNSATISFIABLE:
-        message = (
+        return CapacityRefused(
             f"This request needs more than the whole capacity of '{refusal.bucket}'; "
-            "it can never be admitted. Ask for fewer tokens."
+            "it can never be admitted. Ask for fewer tokens.",
+            reason=reason,
+            retry_after=None,
         )
-        retry = None
-    else:
-        message = (
-            f"No capacity before this request's deadline: '{refusal.bucket}' is "
-            f"{refusal.reason.value.replace('_', ' ')}."
-        )
-        retry = retry_after
-    return CapacityRefused(message, reason=refusal.reason.value, retry_after=retry)
+    where = f"'{refusal.bucket}' is {reason.replace('_', ' ')}" if refusal.bucket else reason
+    # Retry-After is never below one second (a refusal is never an invitation to spin).
+    retry_after = (
+        max(1.0, refusal.retry_at - time.time()) if math.isfinite(refusal.retry_at) else None
+    )
+    return CapacityRefused(
+        f"No capacity for this request before its deadline ({where}).",
+        reason=reason,
+        retry_after=retry_after,
+    )
 
 
 def _reservation_id(call: Call) -> str:

@@ -204,6 +204,9 @@ ROUTING_STRATEGY = env_str("ROUTING_STRATEGY", "routing_cost")
 ROUTING_PARAMETERS = env_json("ROUTING_PARAMETERS", {})
 # How often each process merges its live endpoint statistics with the other processes' (s).
 ROUTING_SYNC_INTERVAL = env_float("ROUTING_SYNC_INTERVAL", 1.0)
+# Provider refill buckets are counted short by what refills in this many seconds: the spread
+# of dispatch delays between our grant and the provider's count (quotas/snapshot.py).
+PROVIDER_HEADROOM_SECONDS = env_float("PROVIDER_HEADROOM_SECONDS", 1.0)
 # E3: how long an Idempotency-Key is remembered after its first request (seconds).
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).

@@ -20,17 +20,19 @@ from gateway import redis as sy_redis
 from gateway.providers.base import LimitObservation, RateLimitInfo
 from gateway.providers.base import Usage as ProviderUsage
 from quotas.core.estimate import Demand
+from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
 from quotas.core.model import (
     Dimension,
     Grant,
     Outcome,
     ReconcileResult,
-    Refusal,
     Rule,
     Usage,
 )
+from quotas.queue import BrokerQueue
 from quotas.snapshot import QuotaSnapshot, ScopedBucket
+from quotas.store.queue_redis import RedisQueueStore
 from quotas.store.redis import RedisReservationStore
 from routing.catalogue import EndpointEntry
 from tenants.identity import Principal
@@ -99,30 +101,54 @@ def actual_usage(usage: ProviderUsage, cost: float) -> Usage:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A request's place in its pool's fair queue (D2, E1): max_depth 0 means "don't wait"."""
+
+    flow: str
+    weight: float
+    deadline: float
+    max_depth: int
+    flow_depth: int
+
+
 class Broker:
     def __init__(self, store: RedisReservationStore) -> None:
         self.store = store
+        self.queue = BrokerQueue(RedisQueueStore(store), lease_seconds=store.lease_seconds)
         self.lease_seconds = store.lease_seconds
         self._rng = random.Random()
         self._background: set[asyncio.Task[None]] = set()
 
     async def admit(
-        self, reservation_id: str, attempt: AttemptBuckets, demand: Usage
-    ) -> Grant | Refusal:
+        self, reservation_id: str, attempt: AttemptBuckets, demand: Usage, turn: Turn
+    ) -> Grant | QueueRefusal:
+        """Reserve in every bucket of the attempt, in fair turn among the pool's tenants."""
         if not attempt.buckets:  # nothing limits this request: no state to touch
             now = time.time()
             return Grant(reservation_id, now, now + self.lease_seconds, ())
-        return await self.store.reserve(reservation_id, attempt.specs, demand)
+        return await self.queue.admit(
+            reservation_id,
+            attempt.specs,
+            demand,
+            pool=attempt.provider_scope,
+            flow=turn.flow,
+            weight=turn.weight,
+            deadline=turn.deadline,
+            max_depth=turn.max_depth,
+            flow_depth=turn.flow_depth,
+        )
 
     async def reconcile(self, grant: Grant, actual: Usage) -> ReconcileResult:
+        """C6: settle with actual usage; what comes back goes to the pool's next waiter."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
-        return await self.store.reconcile(grant, actual)
+        return await self.queue.reconcile(grant, actual)
 
     async def release(self, grant: Grant) -> ReconcileResult:
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
-        return await self.store.release(grant)
+        return await self.queue.release(grant)
 
     @contextlib.asynccontextmanager
     async def held(self, grant: Grant) -> AsyncIterator[None]:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from quotas.core.model import BucketSpec, Dimension, Rule, Window
+from django.conf import settings
+
+from quotas.core.model import BucketSpec, Rule
+from quotas.core.specs import bucket_spec_build
 from quotas.models import Bucket, WorkloadClass
 
 # D1: the order in which a request's buckets are checked, narrowest scope first.
 SCOPE_ORDER = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
 TENANT_SIDE = frozenset(SCOPE_ORDER[:5])
-# A ramp with no configured floor may always send this many requests per interval, so traffic
-# can start from idle; from there it may grow by the configured factor per interval.
-RAMP_DEFAULT_FLOOR = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,48 +53,45 @@ class QuotaSnapshot:
 def bucket_spec(bucket: Bucket) -> BucketSpec:
     """The core's view of one configured bucket; the scope node is its Redis hash tag."""
     scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
-    rule = Rule(bucket.rule)
-    if rule is Rule.RAMP:
-        dimension = Dimension.REQUESTS
-        capacity = bucket.capacity or RAMP_DEFAULT_FLOOR
-        period = bucket.period_seconds or 60.0
-    elif rule is Rule.ROLLING_WINDOW:
-        dimension, capacity, period = (
-            Dimension(bucket.dimension),
-            bucket.capacity,
-            bucket.duration_seconds,
-        )
-    else:
-        dimension, capacity, period = (
-            Dimension(bucket.dimension),
-            bucket.capacity,
-            bucket.period_seconds,
-        )
-    resets_at = 0.0
-    if bucket.resets_at is not None:
-        at = bucket.resets_at
-        resets_at = at.hour * 3600 + at.minute * 60 + at.second
-    return BucketSpec(
+    return bucket_spec_build(
         name=bucket.name,
         scope=f"{bucket.scope_kind}:{scope_id}",
-        dimension=dimension,
-        rule=rule,
-        capacity=float(capacity or 0.0),
-        period=float(period or 0.0),
-        window=Window(bucket.window) if bucket.window else None,
-        resets_at=resets_at,
-        timezone=bucket.timezone or "UTC",
-        factor=float(bucket.factor or 1.0),
+        dimension=bucket.dimension,
+        rule=bucket.rule,
+        capacity=bucket.capacity,
+        period_seconds=bucket.period_seconds,
+        duration_seconds=bucket.duration_seconds,
+        window=bucket.window,
+        resets_at=bucket.resets_at,
+        timezone=bucket.timezone,
+        factor=bucket.factor,
         shadow=bucket.shadow,
     )
+
+
+def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:
+    """A provider refill bucket as the broker should count it: less what refills in ``seconds``.
+
+    The broker's bucket drains when it grants, the provider's when the request arrives — later,
+    by a delay that varies per request. So the provider's refill runs behind ours by up to that
+    spread, and a grant made the instant our bucket holds one token can meet an empty bucket
+    there (a 429 we could have prevented). Holding back the refill of ``seconds`` absorbs it.
+    """
+    if spec.rule is not Rule.REFILL or seconds <= 0:
+        return spec
+    kept = spec.capacity - spec.capacity / spec.period * seconds
+    return replace(spec, capacity=kept) if kept >= 1 else spec
 
 
 def quota_snapshot_build() -> QuotaSnapshot:
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
     for bucket in Bucket.objects.order_by("name"):
         scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
+        spec = bucket_spec(bucket)
+        if bucket.scope_kind == "provider":
+            spec = with_headroom(spec, settings.PROVIDER_HEADROOM_SECONDS)
         grouped[(bucket.scope_kind, scope_id)].append(
-            ScopedBucket(spec=bucket_spec(bucket), scope_kind=bucket.scope_kind)
+            ScopedBucket(spec=spec, scope_kind=bucket.scope_kind)
         )
     workloads = {
         w.name: Workload(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from quotas.core.fairqueue import Pumped, Queued, QueueReason, QueueRefusal
 from quotas.core.model import (
     BucketLevel,
     BucketSpec,
@@ -83,4 +84,58 @@ class ReservationStore(Protocol):
         self, buckets: Sequence[BucketSpec], *, now: float | None = None
     ) -> list[BucketLevel]:
         """Available capacity and refill/reset time of each bucket."""
+        ...
+
+
+class QueueStore(Protocol):
+    """The fair queue's atomic steps (``queue_redis.RedisQueueStore`` and its in-memory twin
+    ``queue_memory.MemoryQueueStore``); ``quotas.queue.BrokerQueue`` waits on top of them."""
+
+    mailbox: str
+
+    def clock(self) -> float:
+        """The store's clock (deadlines are absolute times on it)."""
+        ...
+
+    async def enter(
+        self,
+        reservation_id: str,
+        buckets: Sequence[BucketSpec],
+        demand: Usage,
+        *,
+        pool: str,
+        flow: str,
+        weight: float,
+        deadline: float,
+        max_depth: int,
+        flow_depth: int,
+        lease_seconds: float,
+        burst: float,
+        now: float | None = None,
+    ) -> Grant | QueueRefusal | Queued:
+        """Granted at once, refused at once, or waiting for a verdict in this mailbox."""
+        ...
+
+    async def pump(self, pool: str, *, now: float | None = None) -> Pumped:
+        """Hand out what fits to the pool's waiters, in virtual-time order."""
+        ...
+
+    async def leave(
+        self, pool: str, reservation_id: str, *, reason: QueueReason, now: float | None = None
+    ) -> Grant | QueueRefusal | None:
+        """Leave the queue, unless the pump decided first (then that verdict)."""
+        ...
+
+    async def settle(
+        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float | None = None
+    ) -> tuple[ReconcileResult, Pumped | None]:
+        """Reconcile (or release, ``actual=None``) and pump the pool in the same step."""
+        ...
+
+    async def mail(self, *, timeout: float) -> list[tuple[str, Grant | QueueRefusal]]:
+        """Verdicts for this mailbox's waiters; waits up to ``timeout`` s for the first."""
+        ...
+
+    def forget(self, reservation_id: str) -> None:
+        """The waiter is done; later verdicts for it are dropped."""
         ...

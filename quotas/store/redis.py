@@ -153,6 +153,34 @@ class RedisReservationStore:
     def _clock_arg(now: float | None) -> str:
         return "" if now is None else repr(now)
 
+    # -- hooks for the fair queue (quotas/store/queue_redis.py): its scripts share lib.lua,
+    # the bucket blobs, the clock and settle.lua's arguments with this store.
+    def register_script(self, name: str, source: str) -> None:
+        self._scripts[name] = self.client.register_script(source)
+
+    async def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
+        return await self._call(name, keys, args)
+
+    def bucket_call(self, spec: BucketSpec, at: float) -> tuple[bytes, str, str, str]:
+        """A bucket's blob and its bucket, holders and pause keys."""
+        return self._bucket(spec, at)
+
+    def lease_args(self, now: float | None) -> tuple[list[str], list[str]]:
+        """[epoch, lease index] and [clock, retention, max lease, expiry limit]."""
+        return [self._epoch, self._index], [
+            self._clock_arg(now),
+            self._retention,
+            self._max_lease,
+            self._limit,
+        ]
+
+    def local_now(self, now: float | None = None) -> float:
+        """``now``, or this process's estimate of Redis's clock."""
+        return self._local_now(now)
+
+    def learn_clock(self, server_now: float, now: float | None) -> None:
+        self._learn_clock(server_now, now)
+
     async def bootstrap(self) -> bool:
         return bool(await self._call("bootstrap", [self._epoch], []))
 
@@ -217,9 +245,10 @@ class RedisReservationStore:
             blobs.append(blob)
         return keys, blobs
 
-    async def _settle(
+    def settle_call(
         self, grant: Grant, actual: Usage | None, now: float | None
-    ) -> ReconcileResult:
+    ) -> tuple[list[str], list[str | bytes]]:
+        """The KEYS and ARGV of settle.lua (the fair queue appends its own after them)."""
         usage = actual or Usage(requests=0.0)
         keys, blobs = self._grant_call(grant, self._local_now(now))
         args: list[str | bytes] = [
@@ -237,7 +266,9 @@ class RedisReservationStore:
             str(len(blobs)),
             *blobs,
         ]
-        reply = await self._call("settle", keys, args)
+        return keys, args
+
+    def settle_result(self, grant: Grant, reply: Any, now: float | None) -> ReconcileResult:
         self._learn_clock(f_(reply[1]), now)
         settlements = []
         for i in range(int(reply[2])):
@@ -246,6 +277,12 @@ class RedisReservationStore:
         return ReconcileResult(
             grant.reservation_id, Outcome(s_(reply[0])), f_(reply[1]), tuple(settlements)
         )
+
+    async def _settle(
+        self, grant: Grant, actual: Usage | None, now: float | None
+    ) -> ReconcileResult:
+        keys, args = self.settle_call(grant, actual, now)
+        return self.settle_result(grant, await self._call("settle", keys, args), now)
 
     async def reconcile(
         self, grant: Grant, actual: Usage, *, now: float | None = None

@@ -1,0 +1,190 @@
+"""The broker's fair queue (SPEC D2, E1, E2, E4, E6): words, virtual-time tags and fairness math.
+
+One queue per shared pool; inside it one FIFO flow per tenant. The pump serves flows in
+start-time fair queuing order (Goyal et al., SFQ): a flow's head carries the start tag
+
+    S = max(finish[flow], V − burst / weight)
+
+and when it is granted, ``finish[flow] = S + cost / weight`` and ``V = max(V, S)``. ``cost`` is
+the request's estimated tokens (token-fair), ``weight`` = workload class × tenant weight.
+Tags are computed lazily, when an entry becomes its flow's head (as Kubernetes APF does), so a
+waiter that leaves early never inflates the tags of those behind it; ``burst / weight`` is how
+far a returning (or own-limit-held) flow may lag V — its burst credit, in tokens.
+
+The in-memory twin of the queue is ``quotas.core.queuebook.QueueBook``; the Redis one is
+``quotas/store/lua/queue_*.lua``. Both follow the same steps with the same floats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+from quotas.core.model import INF, BucketRefusal, BucketSpec, Grant, Reason, Refusal, Rule, Usage
+
+# How much one pump call may do before it returns ``next_fit = now`` (call again): it runs
+# inside one Redis script, so its work is bounded to keep Redis responsive.
+MAX_VISITS = 32  # flow heads looked at
+MAX_GRANTS = 16  # grants handed out
+UNPARK_LIMIT = 64  # flows parked on their own limit that rejoin per call
+SWEEP_LIMIT = 16  # expired waiters dropped per call (their own process normally removes them)
+EARLY_LIMIT = 16  # waiters told early that their deadline cannot be met
+
+# Default per-flow burst credit, in tokens, when the caller gives none.
+DEFAULT_BURST_TOKENS = 8192.0
+
+
+class QueueReason(StrEnum):
+    """Why the queue refused (bucket reasons, e.g. ``unsatisfiable``, stay ``model.Reason``)."""
+
+    DEADLINE = "deadline"  # the waiter's deadline came before its turn
+    DEADLINE_UNREACHABLE = "deadline_unreachable"  # decided early: next fit is past the deadline
+    QUEUE_FULL = "queue_full"  # the pool's queue is full (refused or evicted from the longest flow)
+    FLOW_FULL = "flow_full"  # this tenant's own flow holds its maximum of waiters
+    CANCELLED = "cancelled"  # the client went away while waiting
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRefusal:
+    """A refusal by the queue or by a bucket: nothing is held. Says nothing of other tenants (E4):
+    a reason code, the refusing bucket's public name ('' when the queue refused), and when to
+    retry. ``queue_id`` is set once the request had entered the queue (E6)."""
+
+    reservation_id: str
+    at: float
+    reason: Reason | QueueReason
+    bucket: str
+    retry_at: float
+    queue_id: str = ""
+    refusals: tuple[BucketRefusal, ...] = ()  # the request's own buckets only
+    granted: bool = field(default=False, init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The request waits in the pool's queue; the pump will push its verdict to ``mailbox``."""
+
+    reservation_id: str
+    at: float
+    queue_id: str
+    next_fit: float  # when the pool may next fit its head (inf: on a release only)
+
+
+@dataclass(frozen=True, slots=True)
+class Pumped:
+    """What one pump call did and when pumping again can help (``now``: at once; inf: only on a
+    release or an arrival)."""
+
+    at: float
+    next_fit: float
+    depth: int
+    granted: int
+    refused: int
+
+
+Verdict = Grant | QueueRefusal
+
+
+def request_cost(demand: Usage) -> float:
+    """The virtual-time cost of a request: its estimated tokens (token-fair), at least one."""
+    return max(1.0, float(demand.input_tokens + demand.output_tokens))
+
+
+def start_tag(v: float, finish: float, burst: float, weight: float) -> float:
+    """A head's start tag: its flow's last finish, but never more than its burst credit behind V."""
+    return max(finish, v - burst / weight)
+
+
+def finish_tag(start: float, cost: float, weight: float) -> float:
+    return start + cost / weight
+
+
+def earliest_admission(
+    refusals: Sequence[BucketRefusal], rules: Mapping[str, Rule], now: float
+) -> float:
+    """A lower bound on when a refused request can be admitted: the latest fit time among the
+    refusing buckets whose fit time is a floor (a concurrency slot may free sooner by a release;
+    a ramp's ``inf`` only means "not in the next interval")."""
+    floor = now
+    for r in refusals:
+        rule = rules.get(r.bucket)
+        if rule is Rule.CONCURRENCY or rule is None:
+            continue
+        if rule is Rule.RAMP and math.isinf(r.retry_at):
+            continue
+        floor = max(floor, r.retry_at)
+    return floor
+
+
+def unreachable(
+    refusal: Refusal, rules: Mapping[str, Rule], deadline: float, now: float
+) -> QueueRefusal | None:
+    """What waiting cannot fix: a request larger than a bucket (``unsatisfiable``), or one
+    whose next fit is past its deadline (``deadline_unreachable``). None: it may wait."""
+    rid = refusal.reservation_id
+    if refusal.reason is Reason.UNSATISFIABLE:
+        return QueueRefusal(rid, now, refusal.reason, refusal.bucket, INF, "", refusal.refusals)
+    floor = earliest_admission(refusal.refusals, rules, now)
+    if floor <= deadline:
+        return None
+    bucket = next((r.bucket for r in refusal.refusals if r.retry_at == floor), refusal.bucket)
+    reason = QueueReason.DEADLINE_UNREACHABLE
+    return QueueRefusal(rid, now, reason, bucket, refusal.retry_at, rid, refusal.refusals)
+
+
+class Side(IntEnum):
+    """What a bucket's refusal of a flow's head means for the pump."""
+
+    SHARED = 0  # shared with some other flows (partner, model route): heads with a later tag
+    #             that need it wait this round, so a large request is not starved by small ones
+    POOL = 1  # the pool's own: nobody fits before the head does, so the pump stops
+    OWN = 2  # the flow's alone: the flow is parked (not backlogged) until the bucket fits
+
+
+# Scope kinds (SPEC A1) whose buckets belong to one tenant's flow alone.
+OWN_SCOPE_KINDS = frozenset({"api_key", "key", "app", "team", "tenant"})
+
+
+def bucket_sides(buckets: Sequence[BucketSpec], pool: str) -> tuple[Side, ...]:
+    """Each bucket's side: the pool's scope, one of a tenant's own scopes, or shared."""
+    return tuple(
+        Side.POOL
+        if spec.scope == pool
+        else Side.OWN
+        if spec.scope.split(":", 1)[0] in OWN_SCOPE_KINDS
+        else Side.SHARED
+        for spec in buckets
+    )
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1 when all equal, 1/n when one gets everything."""
+    if not values:
+        return 1.0
+    total, squares = sum(values), sum(x * x for x in values)
+    return 1.0 if squares == 0 else total * total / (len(values) * squares)
+
+
+def weighted_max_min(
+    capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
+) -> dict[str, float]:
+    """Weighted max-min fair shares (water-filling): no one gets more than it asks for, the
+    rest is split in proportion to weight among those who want more."""
+    shares = {name: 0.0 for name in demands}
+    open_ = {name for name, d in demands.items() if d > 0}
+    left = capacity
+    while open_ and left > 1e-12:
+        total_weight = sum(weights[n] for n in open_)
+        level = left / total_weight
+        capped = {n for n in open_ if demands[n] - shares[n] <= level * weights[n]}
+        if not capped:
+            for n in open_:
+                shares[n] += level * weights[n]
+            break
+        for n in capped:
+            left -= demands[n] - shares[n]
+            shares[n] = demands[n]
+        open_ -= capped
+    return shares

@@ -1,0 +1,422 @@
+"""The fair queue's in-memory twin over the reservation ``Book`` (pure; ``now`` is a parameter).
+
+It is the reference for ``quotas/store/lua/queue_*.lua`` — the same steps in the same order —
+and what a discrete-event simulation drives. Verdicts for waiters go to mailboxes (one per
+gateway process in production); the caller of ``enter`` gets its own verdict directly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from quotas.core.book import Book, demand_parts
+from quotas.core.fairqueue import (
+    EARLY_LIMIT,
+    MAX_GRANTS,
+    MAX_VISITS,
+    SWEEP_LIMIT,
+    UNPARK_LIMIT,
+    Pumped,
+    Queued,
+    QueueReason,
+    QueueRefusal,
+    Side,
+    Verdict,
+    bucket_sides,
+    earliest_admission,
+    finish_tag,
+    request_cost,
+    start_tag,
+    unreachable,
+)
+from quotas.core.keys import record_key
+from quotas.core.model import (
+    INF,
+    BucketSpec,
+    Grant,
+    Reason,
+    ReconcileResult,
+    Refusal,
+    Rule,
+    Usage,
+)
+
+# How long a verdict stays readable by ``leave`` after the pump decided it, beyond the lease.
+VERDICT_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class Entry:
+    reservation_id: str
+    flow: str
+    buckets: tuple[BucketSpec, ...]
+    demand: Usage
+    sides: tuple[Side, ...]
+    weight: float
+    cost: float
+    burst: float
+    deadline: float
+    lease: float
+    mailbox: str
+
+    def rules(self, *, pool_only: bool = False) -> dict[str, Rule]:
+        """Rule by bucket name (of the pool's buckets only, if asked)."""
+        sides = zip(self.buckets, self.sides, strict=True)
+        return {b.name: b.rule for b, side in sides if side is Side.POOL or not pool_only}
+
+
+@dataclass(slots=True)
+class PoolQueue:
+    """One pool's queue: virtual time, per-flow finish tags, FIFO flows and their heads."""
+
+    v: float = 0.0
+    next_fit: float = 0.0
+    finish: dict[str, float] = field(default_factory=dict)
+    flows: dict[str, deque[Entry]] = field(default_factory=dict)
+    heads: list[tuple[float, str]] = field(default_factory=list)  # sorted (start tag, id)
+    head_of: dict[str, float] = field(default_factory=dict)  # head id → start tag
+    entries: dict[str, Entry] = field(default_factory=dict)
+    deadlines: list[tuple[float, str]] = field(default_factory=list)  # heap, lazily cleaned
+    parked: dict[str, float] = field(default_factory=dict)  # flow held by its own limit → until
+    verdicts: dict[str, tuple[Verdict, float]] = field(default_factory=dict)  # id → (v, until)
+
+    def retry_hint(self, now: float) -> float:
+        """When to tell a refused client to come back: the pool's last known next fit."""
+        return self.next_fit if now < self.next_fit < INF else now
+
+
+class QueueBook:
+    """Fair queues of all pools over one ``Book``, driven with an explicit ``now``."""
+
+    def __init__(self, book: Book) -> None:
+        self.book = book
+        self.pools: dict[str, PoolQueue] = {}
+        self.mailboxes: dict[str, list[tuple[str, Verdict]]] = {}
+
+    def _pool(self, pool: str) -> PoolQueue:
+        return self.pools.setdefault(pool, PoolQueue())
+
+    def take_mail(self, mailbox: str) -> list[tuple[str, Verdict]]:
+        """The verdicts the pump pushed for ``mailbox``'s waiters, oldest first."""
+        return self.mailboxes.pop(mailbox, [])
+
+    # -- entering -------------------------------------------------------------------------
+    def enter(
+        self,
+        reservation_id: str,
+        buckets: Sequence[BucketSpec],
+        demand: Usage,
+        *,
+        pool: str,
+        flow: str,
+        weight: float,
+        deadline: float,
+        max_depth: int,
+        flow_depth: int,
+        lease_seconds: float,
+        burst: float,
+        mailbox: str,
+        now: float,
+    ) -> Grant | QueueRefusal | Queued:
+        """Grant at once when nobody waits and it fits; otherwise join the queue and pump."""
+        parts = demand_parts(buckets, demand)
+        rec = self.book._record(record_key(self.book.prefix, buckets[0].scope, reservation_id), now)
+        if rec is not None:
+            return self.book._replay(rec, now)
+        pq = self._pool(pool)
+        if reservation_id in pq.entries:
+            return Queued(reservation_id, now, reservation_id, pq.next_fit)
+        for spec, amount in parts:
+            if not spec.shadow and spec.rule is not Rule.RAMP and amount > spec.capacity:
+                return QueueRefusal(reservation_id, now, Reason.UNSATISFIABLE, spec.name, INF)
+        if deadline <= now:
+            return QueueRefusal(reservation_id, now, QueueReason.DEADLINE, "", now, reservation_id)
+        entry = Entry(
+            reservation_id,
+            flow,
+            tuple(buckets),
+            demand,
+            bucket_sides(buckets, pool),
+            float(weight),
+            request_cost(demand),
+            float(burst),
+            float(deadline),
+            float(lease_seconds),
+            mailbox,
+        )
+        no_wait = max_depth <= 0 or flow_depth <= 0
+        if not pq.entries:
+            result = self.book.reserve(
+                reservation_id, buckets, demand, now=now, lease_seconds=lease_seconds
+            )
+            if isinstance(result, Grant):
+                self._account(pq, entry, self._start(pq, entry))
+                return result
+            late = unreachable(result, entry.rules(), entry.deadline, now)
+            if late is not None:
+                return late
+            if no_wait:
+                return QueueRefusal(
+                    reservation_id,
+                    now,
+                    result.reason,
+                    result.bucket,
+                    result.retry_at,
+                    "",
+                    result.refusals,
+                )
+            self._join(pq, entry)
+            pq.next_fit = result.retry_at
+            return Queued(reservation_id, now, reservation_id, result.retry_at)
+        if not no_wait:
+            waiting = len(pq.flows.get(flow, ()))
+            if waiting >= flow_depth:
+                hint = pq.retry_hint(now)
+                return QueueRefusal(
+                    reservation_id, now, QueueReason.FLOW_FULL, "", hint, reservation_id
+                )
+            if len(pq.entries) >= max_depth:
+                longest, size = self._longest(pq)
+                if size <= waiting + 1:
+                    hint = pq.retry_hint(now)
+                    return QueueRefusal(
+                        reservation_id, now, QueueReason.QUEUE_FULL, "", hint, reservation_id
+                    )
+                victim = pq.flows[longest][-1]
+                self._drop(pq, victim, self._refuse(pq, victim, QueueReason.QUEUE_FULL, now), now)
+        self._join(pq, entry)
+        pumped, mine = self._pump(pq, now, reservation_id)
+        if mine is not None:
+            self._forget(pq, reservation_id)
+            return mine
+        if no_wait:
+            refusal = self._refuse(pq, entry, QueueReason.QUEUE_FULL, now)
+            self._drop(pq, entry, refusal, now, notify=False)
+            self._forget(pq, reservation_id)
+            return refusal
+        return Queued(reservation_id, now, reservation_id, pumped.next_fit)
+
+    # -- the pump -------------------------------------------------------------------------
+    def pump(self, pool: str, *, now: float) -> Pumped:
+        """Hand out what fits, in start-tag order (see ``_pump``)."""
+        pq = self._pool(pool)
+        if not pq.entries:
+            return Pumped(now, INF, 0, 0, 0)
+        return self._pump(pq, now, None)[0]
+
+    def _pump(
+        self, pq: PoolQueue, now: float, newcomer: str | None
+    ) -> tuple[Pumped, Verdict | None]:
+        mine: Verdict | None = None
+        refused = 0
+        for _ in range(SWEEP_LIMIT):
+            due = self._next_due(pq, now)
+            if due is None:
+                break
+            self._drop(pq, due, self._refuse(pq, due, QueueReason.DEADLINE, now), now)
+            refused += 1
+        self._unpark(pq, now)
+        blocked: set[tuple[str, str]] = set()
+        skipped: set[str] = set()  # flows whose head was passed over this call
+        offset = visits = granted = 0
+        next_fit, stopped_at, exhausted = INF, -1.0, False
+        while visits < MAX_VISITS and granted < MAX_GRANTS:
+            if offset >= len(pq.heads):
+                exhausted = True
+                break
+            s, rid = pq.heads[offset]
+            visits += 1
+            entry = pq.entries[rid]
+            if entry.deadline <= now:
+                verdict: Verdict = self._refuse(pq, entry, QueueReason.DEADLINE, now)
+                self._drop(pq, entry, verdict, now, notify=rid != newcomer)
+                refused += 1
+                mine = verdict if rid == newcomer else mine
+                continue
+            if any((b.scope, b.name) in blocked for b in entry.buckets):
+                skipped.add(entry.flow)
+                offset += 1
+                continue
+            result = self.book.reserve(
+                rid, entry.buckets, entry.demand, now=now, lease_seconds=entry.lease
+            )
+            if isinstance(result, Grant):
+                self._grant(pq, entry, s, result, now, notify=rid != newcomer)
+                granted += 1
+                mine = result if rid == newcomer else mine
+                continue
+            late = unreachable(result, entry.rules(), entry.deadline, now)
+            if late is not None:
+                self._drop(pq, entry, late, now, notify=rid != newcomer)
+                refused += 1
+                mine = late if rid == newcomer else mine
+                continue
+            names = {r.bucket for r in result.refusals}
+            sides = {
+                side for b, side in zip(entry.buckets, entry.sides, strict=True) if b.name in names
+            }
+            next_fit = min(next_fit, result.retry_at)
+            if Side.POOL in sides:
+                stopped_at = self._floor(entry, result, now, pool_only=True)
+                break
+            if sides == {Side.OWN} and self._floor(entry, result, now) == result.retry_at:
+                # Held by its own limit until a known time: not backlogged till then (parked).
+                pq.parked[entry.flow] = result.retry_at
+                pq.heads.pop(offset)
+                del pq.head_of[rid]
+                continue
+            blocked.update((b.scope, b.name) for b in entry.buckets if b.name in names)
+            skipped.add(entry.flow)
+            offset += 1
+        if stopped_at < 0 and not exhausted:
+            next_fit = now  # bounded work per call: more may fit right away
+        if pq.parked:
+            next_fit = min(next_fit, min(pq.parked.values()))
+        if stopped_at > now:
+            told, doomed = self._refuse_doomed(pq, stopped_at, skipped, now, newcomer)
+            refused += told
+            mine = doomed or mine
+        if not pq.entries:
+            next_fit = INF
+        pq.next_fit = next_fit
+        return Pumped(now, next_fit, len(pq.entries), granted, refused), mine
+
+    def _refuse_doomed(
+        self, pq: PoolQueue, floor: float, skipped: set[str], now: float, newcomer: str | None
+    ) -> tuple[int, Verdict | None]:
+        """The pool cannot fit the line's head before ``floor``, and nobody behind the head can
+        pass it: tell those whose deadline comes first now. Flows passed over for their own
+        limits are ahead of the head and might still fit sooner: they keep waiting."""
+        doomed = sorted((e.deadline, rid) for rid, e in pq.entries.items() if e.deadline < floor)
+        told, mine = 0, None
+        for _, rid in doomed[:EARLY_LIMIT]:
+            entry = pq.entries[rid]
+            if entry.flow in skipped or entry.flow in pq.parked:
+                continue
+            refusal = QueueRefusal(rid, now, QueueReason.DEADLINE_UNREACHABLE, "", floor, rid)
+            self._drop(pq, entry, refusal, now, notify=rid != newcomer)
+            mine = refusal if rid == newcomer else mine
+            told += 1
+        return told, mine
+
+    # -- leaving --------------------------------------------------------------------------
+    def leave(
+        self, pool: str, reservation_id: str, *, reason: QueueReason, now: float
+    ) -> Verdict | None:
+        """A waiter leaves (deadline, cancellation) — unless the pump decided first: then that
+        verdict (a grant it now owns, or a refusal). None: the queue never heard of it."""
+        pq = self._pool(pool)
+        entry = pq.entries.get(reservation_id)
+        if entry is None:
+            kept = pq.verdicts.pop(reservation_id, None)
+            return None if kept is None or kept[1] <= now else kept[0]
+        retry_at = now if reason is QueueReason.CANCELLED else pq.retry_hint(now)
+        refusal = QueueRefusal(reservation_id, now, reason, "", retry_at, reservation_id)
+        was_head = reservation_id in pq.head_of
+        self._drop(pq, entry, refusal, now, notify=False)
+        self._forget(pq, reservation_id)
+        if was_head and pq.entries:
+            self._pump(pq, now, None)  # it may have held the line: let the others go
+        return refusal
+
+    def settle(
+        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float
+    ) -> tuple[ReconcileResult, Pumped | None]:
+        """Reconcile (or release, ``actual=None``) and run the pool's pump in the same step."""
+        result = self.book.settle(grant, actual, now=now)
+        return result, None if pool is None else self.pump(pool, now=now)
+
+    # -- steps ----------------------------------------------------------------------------
+    @staticmethod
+    def _start(pq: PoolQueue, entry: Entry) -> float:
+        return start_tag(pq.v, pq.finish.get(entry.flow, -INF), entry.burst, entry.weight)
+
+    @staticmethod
+    def _account(pq: PoolQueue, entry: Entry, s: float) -> None:
+        pq.finish[entry.flow] = finish_tag(s, entry.cost, entry.weight)
+        pq.v = max(pq.v, s)
+
+    def _join(self, pq: PoolQueue, entry: Entry) -> None:
+        flow = pq.flows.setdefault(entry.flow, deque())
+        flow.append(entry)
+        pq.entries[entry.reservation_id] = entry
+        heapq.heappush(pq.deadlines, (entry.deadline, entry.reservation_id))
+        if len(flow) == 1:
+            pq.parked.pop(entry.flow, None)  # parked for a request that is gone: start afresh
+            self._set_head(pq, entry)
+
+    def _unpark(self, pq: PoolQueue, now: float) -> None:
+        """Flows whose own limit fits again rejoin, at most their burst credit behind V."""
+        due = sorted((until, flow) for flow, until in pq.parked.items() if until <= now)
+        for _, flow in due[:UNPARK_LIMIT]:
+            del pq.parked[flow]
+            if flow in pq.flows:
+                self._set_head(pq, pq.flows[flow][0])
+
+    def _set_head(self, pq: PoolQueue, entry: Entry) -> None:
+        s = self._start(pq, entry)
+        pq.head_of[entry.reservation_id] = s
+        bisect.insort(pq.heads, (s, entry.reservation_id))
+
+    def _grant(
+        self, pq: PoolQueue, entry: Entry, s: float, grant: Grant, now: float, *, notify: bool
+    ) -> None:
+        self._account(pq, entry, s)
+        self._drop(pq, entry, grant, now, notify=notify)
+
+    def _drop(
+        self, pq: PoolQueue, entry: Entry, verdict: Verdict, now: float, *, notify: bool = True
+    ) -> None:
+        """Take ``entry`` out of its flow (promoting the next head), keep and send its verdict."""
+        rid = entry.reservation_id
+        flow = pq.flows[entry.flow]
+        del pq.entries[rid]
+        if rid in pq.head_of:
+            s = pq.head_of.pop(rid)
+            pq.heads.pop(bisect.bisect_left(pq.heads, (s, rid)))
+            flow.popleft()
+            if flow:
+                self._set_head(pq, flow[0])
+        else:
+            flow.remove(entry)
+        if not flow:
+            del pq.flows[entry.flow]
+        pq.verdicts[rid] = (verdict, now + entry.lease + VERDICT_SECONDS)
+        if notify:
+            self.mailboxes.setdefault(entry.mailbox, []).append((rid, verdict))
+        if len(pq.verdicts) > 4096:
+            pq.verdicts = {k: kv for k, kv in pq.verdicts.items() if kv[1] > now}
+
+    @staticmethod
+    def _forget(pq: PoolQueue, rid: str) -> None:
+        pq.verdicts.pop(rid, None)
+
+    @staticmethod
+    def _next_due(pq: PoolQueue, now: float) -> Entry | None:
+        while pq.deadlines:
+            deadline, rid = pq.deadlines[0]
+            entry = pq.entries.get(rid)
+            if entry is None or entry.deadline != deadline:
+                heapq.heappop(pq.deadlines)  # already gone
+                continue
+            return entry if deadline <= now else None
+        return None
+
+    @staticmethod
+    def _longest(pq: PoolQueue) -> tuple[str, int]:
+        # Ties go to the greatest flow name, as Redis's ZREVRANGE orders them.
+        size, name = max((len(q), name) for name, q in pq.flows.items())
+        return name, size
+
+    @staticmethod
+    def _refuse(pq: PoolQueue, entry: Entry, reason: QueueReason, now: float) -> QueueRefusal:
+        rid = entry.reservation_id
+        return QueueRefusal(rid, now, reason, "", pq.retry_hint(now), rid)
+
+    @staticmethod
+    def _floor(entry: Entry, refusal: Refusal, now: float, *, pool_only: bool = False) -> float:
+        return earliest_admission(refusal.refusals, entry.rules(pool_only=pool_only), now)

@@ -1,0 +1,97 @@
+-- queue_admit: grant at once when nobody waits and it fits (one round trip, like reserve.lua);
+-- otherwise join the pool's fair queue and run the pump (SPEC D2, E1, E6).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4..7] the pool's
+-- qp:s, qp:h, qp:l, qp:d (queue_lib.lua); then per part i: KEYS[5+3i] bucket hash,
+-- KEYS[6+3i] holders zset, KEYS[7+3i] the scope's pause key.
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] qp, ARGV[3] reservation id, ARGV[4] flow,
+-- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
+-- ARGV[9] lease (s), ARGV[10] mailbox key, ARGV[11] max depth, ARGV[12] flow depth,
+-- ARGV[13] retention (s), ARGV[14] max lease (s), ARGV[15] expiry limit, ARGV[16] n parts,
+-- then per part: bucket blob (lib.lua read_part), amount, side (0 shared, 1 pool, 2 own).
+-- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
+-- (waiting; the verdict comes to the mailbox), or reserve.lua's 'P' replay.
+local now = clock(ARGV[1])
+local id, flow = ARGV[3], ARGV[4]
+local deadline, lease = tonumber(ARGV[8]), tonumber(ARGV[9])
+local max_depth, flow_depth = tonumber(ARGV[11]), tonumber(ARGV[12])
+local retention = tonumber(ARGV[13])
+local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[14]))
+local n = tonumber(ARGV[16])
+
+local rec = record_load(KEYS[3], now, retention)
+if rec then
+  local state = rec.state
+  if state == 'active' and rec.expires <= now then state = 'expired' end
+  local out = {'P', fmt(now), fmt(rec.created), fmt(rec.expires), state, #rec.rows}
+  for _, row in ipairs(rec.rows) do
+    out[#out + 1] = row[1]
+    out[#out + 1] = fmt(row[2])
+    out[#out + 1] = fmt(row[3])
+    out[#out + 1] = tostring(row[4])
+  end
+  return out
+end
+
+local Q = q_load(ARGV[2])
+local depth = redis.call('ZCARD', Q.d)
+if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} end
+
+local rows, parts = {}, {}
+for i = 1, n do
+  local at = 14 + 3 * i
+  rows[i] = {ARGV[at], tonumber(ARGV[at + 1]), KEYS[5 + 3 * i], KEYS[6 + 3 * i],
+             KEYS[7 + 3 * i], tonumber(ARGV[at + 2])}
+end
+local e = {id = id, flow = flow, weight = tonumber(ARGV[5]), cost = tonumber(ARGV[6]),
+           burst = tonumber(ARGV[7]), deadline = deadline, lease = lease, mailbox = ARGV[10],
+           rkey = KEYS[3], parts = rows}
+parts = q_parts(e)
+for _, p in ipairs(parts) do
+  if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then
+    return {'V', q_refusal(now, 'unsatisfiable', p.name, INF, '', {})}
+  end
+end
+if deadline <= now then return {'V', q_refusal(now, 'deadline', '', now, id, {})} end
+
+local ctx = {now = now, born = born, learning_until = learning_until,
+             limit = tonumber(ARGV[15]), retention = retention, index = KEYS[2]}
+local no_wait = max_depth <= 0 or flow_depth <= 0
+if depth == 0 then
+  local res = reserve_parts(q_ctx(ctx, e), parts)
+  if res.ok then
+    q_account(Q, e, q_start(Q, e))
+    return {'V', q_lease(ctx, e, parts, res)}
+  end
+  local late = q_unreachable(e, parts, res, now, id)
+  if late then return {'V', late} end
+  if no_wait then
+    return {'V', q_refusal(now, res.reason, res.bucket, res.retry, '', res.live)}
+  end
+  q_join(Q, e, now)
+  redis.call('HSET', Q.s, 'nf', fmt(res.retry))
+  return {'W', fmt(now), id, fmt(res.retry)}
+end
+if not no_wait then
+  local waiting = tonumber(redis.call('ZSCORE', Q.l, flow) or '0')
+  if waiting >= flow_depth then
+    return {'V', q_refusal(now, 'flow_full', '', q_retry_hint(Q, now), id, {})}
+  end
+  if redis.call('ZCARD', Q.d) >= max_depth then
+    local top = redis.call('ZREVRANGE', Q.l, 0, 0, 'WITHSCORES')
+    if tonumber(top[2]) <= waiting + 1 then
+      return {'V', q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), id, {})}
+    end
+    local victim = q_entry_load(Q, redis.call('LINDEX', Q.qp .. ':f:' .. top[1], -1))
+    local refusal = q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), victim.id, {})
+    q_drop(Q, victim, refusal, now, true, true)
+  end
+end
+q_join(Q, e, now)
+local next_fit, _, _, mine = q_pump(Q, ctx, id)
+if mine then return {'V', mine} end
+if no_wait then
+  local refusal = q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), id, {})
+  q_drop(Q, e, refusal, now, false, false)
+  return {'V', refusal}
+end
+return {'W', fmt(now), id, fmt(next_fit)}

@@ -1,0 +1,345 @@
+-- The fair queue's steps (SPEC D2, E1, E6), shared by queue_admit, queue_pump, queue_leave and
+-- queue_settle; prepended after lib.lua. Mirrors quotas/core/queuebook.py step by step.
+-- Units: times epoch s, tags virtual time (tokens / weight), amounts bucket units, TTLs ms.
+--
+-- Keys of one pool, qp = '<prefix>:{<pool>}:q':
+--   qp:s       hash   v (virtual time), nf (last next fit), f:<flow> (finish tag of its last grant)
+--   qp:h       zset   head entry id -> start tag (one head per non-empty flow)
+--   qp:l       zset   flow -> number of waiters (longest flow for eviction)
+--   qp:d       zset   entry id -> deadline (every waiter)
+--   qp:p       zset   flow -> when its own limit fits again (parked: its head is not in qp:h)
+--   qp:f:<flow> list  entry ids, FIFO
+--   qp:e:<id>  string 'Q' .. msgpack entry while waiting; 'V' .. verdict once decided
+-- Entry and bucket keys are read from the entries (standalone Redis only, as reap.lua does).
+-- A verdict is a \31-joined reply: a grant as reserve.lua's 'G' reply, or a refusal
+-- {'Q', now, reason, bucket, retry_at, queue_id, k, (name, reason, retry_at)*k}. Waiters'
+-- processes get {id .. \31 .. verdict} in their mailbox list.
+
+local MAX_VISITS = 32
+local MAX_GRANTS = 16
+local UNPARK_LIMIT = 64
+local SWEEP_LIMIT = 16
+local EARLY_LIMIT = 16
+local VERDICT_SECONDS = 60
+local MAILBOX_MS = 120000
+local SEP = '\31'
+
+local function q_keys(qp)
+  return {qp = qp, s = qp .. ':s', h = qp .. ':h', l = qp .. ':l', d = qp .. ':d',
+          p = qp .. ':p'}
+end
+
+-- An entry as stored: {id, flow, weight, cost, burst, deadline, lease, mailbox, rkey, parts}
+-- with parts[i] = {blob, amount, key, hkey, pkey, side}; side (core: fairqueue.Side) is
+-- 0 shared with other flows, 1 the pool's, 2 the flow's own.
+local function q_entry_load(Q, id)
+  local raw = redis.call('GET', Q.qp .. ':e:' .. id)
+  if not raw or string.sub(raw, 1, 1) ~= 'Q' then return nil, raw end
+  local t = cmsgpack.unpack(string.sub(raw, 2))
+  return {id = t[1], flow = t[2], weight = t[3], cost = t[4], burst = t[5], deadline = t[6],
+          lease = t[7], mailbox = t[8], rkey = t[9], parts = t[10]}, raw
+end
+
+local function q_entry_pack(e)
+  return 'Q' .. cmsgpack.pack({e.id, e.flow, e.weight, e.cost, e.burst, e.deadline, e.lease,
+                               e.mailbox, e.rkey, e.parts})
+end
+
+-- The parts as reserve_parts wants them.
+local function q_parts(e)
+  local parts = {}
+  for i, row in ipairs(e.parts) do
+    local p = read_part(row[1])
+    p.amount, p.key, p.hkey, p.pkey = row[2], row[3], row[4], row[5]
+    p.side, p.own = row[6] == 1, row[6] == 2
+    parts[i] = p
+  end
+  return parts
+end
+
+-- Entries and flows outlive their deadlines by a day (the pool's own keys live a day after
+-- its last use), so they are swept by the pump, never lost to a TTL while referenced.
+local KEEP_MS = 86400000
+
+-- Keep the pool's own keys alive while it is in use (a day after the last grant or join).
+local function q_touch(Q)
+  for _, k in ipairs({Q.s, Q.h, Q.l, Q.d, Q.p}) do redis.call('PEXPIRE', k, KEEP_MS) end
+end
+
+local function q_finish(Q, flow)
+  local f = redis.call('HGET', Q.s, 'f:' .. flow)
+  if f then return tonumber(f) end
+  return -INF
+end
+
+local function q_start(Q, e)
+  return math.max(q_finish(Q, e.flow), Q.v - e.burst / e.weight)
+end
+
+-- A grant counts against its flow: finish tag and virtual time move on.
+local function q_account(Q, e, s)
+  Q.v = math.max(Q.v, s)
+  redis.call('HSET', Q.s, 'f:' .. e.flow, fmt(s + e.cost / e.weight), 'v', fmt(Q.v))
+  redis.call('PEXPIRE', Q.s, KEEP_MS)
+end
+
+local function q_retry_hint(Q, now)
+  if Q.nf > now and Q.nf < INF then return Q.nf end
+  return now
+end
+
+local function q_set_head(Q, e)
+  redis.call('ZADD', Q.h, fmt(q_start(Q, e)), e.id)
+end
+
+local function q_flow_len(Q, flow)
+  local n = redis.call('LLEN', Q.qp .. ':f:' .. flow)
+  if n == 0 then redis.call('ZREM', Q.l, flow) else redis.call('ZADD', Q.l, n, flow) end
+  return n
+end
+
+
+local function q_join(Q, e, now)
+  local fkey = Q.qp .. ':f:' .. e.flow
+  local ttl = math.ceil(math.max(0, math.min(e.deadline - now, 8 * 86400)) * 1000) + KEEP_MS
+  redis.call('SET', Q.qp .. ':e:' .. e.id, q_entry_pack(e), 'PX', ttl)
+  redis.call('RPUSH', fkey, e.id)
+  redis.call('PEXPIRE', fkey, KEEP_MS)
+  redis.call('ZADD', Q.d, fmt(e.deadline), e.id)
+  if q_flow_len(Q, e.flow) == 1 then
+    redis.call('ZREM', Q.p, e.flow)  -- parked for a request that is gone: start afresh
+    q_set_head(Q, e)
+  end
+  q_touch(Q)
+end
+
+-- Take e out of its flow (promoting the next head), keep its verdict, tell its process.
+local function q_drop(Q, e, verdict, now, notify, keep)
+  local fkey = Q.qp .. ':f:' .. e.flow
+  redis.call('ZREM', Q.d, e.id)
+  if redis.call('ZREM', Q.h, e.id) == 1 then
+    redis.call('LPOP', fkey)
+    local nxt = redis.call('LINDEX', fkey, 0)
+    while nxt do
+      local ne = q_entry_load(Q, nxt)
+      if ne then q_set_head(Q, ne); break end
+      redis.call('LPOP', fkey)  -- its key is gone (a day past its deadline): heal
+      redis.call('ZREM', Q.d, nxt)
+      nxt = redis.call('LINDEX', fkey, 0)
+    end
+  else
+    redis.call('LREM', fkey, 1, e.id)
+  end
+  q_flow_len(Q, e.flow)
+  local ekey = Q.qp .. ':e:' .. e.id
+  if keep then
+    redis.call('SET', ekey, 'V' .. verdict, 'PX', math.ceil((e.lease + VERDICT_SECONDS) * 1000))
+  else
+    redis.call('DEL', ekey)
+  end
+  if notify then
+    redis.call('RPUSH', e.mailbox, e.id .. SEP .. verdict)
+    redis.call('PEXPIRE', e.mailbox, MAILBOX_MS)
+  end
+end
+
+local function q_refusal(now, reason, bucket, retry_at, queue_id, rows)
+  local out = {'Q', fmt(now), reason, bucket, fmt(retry_at), queue_id, #rows}
+  for _, row in ipairs(rows) do
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[2]
+    out[#out + 1] = fmt(row[3])
+  end
+  return table.concat(out, SEP)
+end
+
+local function q_grant_reply(now, n, res)
+  local out = {'G', fmt(now), n}
+  for i = 1, n do
+    local marker = res.taken[i][2]
+    if marker == 0 then out[#out + 1] = '0' else out[#out + 1] = fmt(marker) end
+    out[#out + 1] = tostring(res.taken[i][3])
+    out[#out + 1] = fmt(res.taken[i][4])
+  end
+  out[#out + 1] = #res.shadow
+  for _, row in ipairs(res.shadow) do
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[2]
+    out[#out + 1] = fmt(row[3])
+  end
+  return table.concat(out, SEP)
+end
+
+-- Write the lease exactly as reserve.lua does; the grant reply for the waiter.
+local function q_lease(ctx, e, parts, res)
+  local rec = record_new(e.id, ctx.now, ctx.expiry, parts, res.taken)
+  record_write(e.rkey, rec, ctx.now, ctx.retention)
+  redis.call('ZADD', ctx.index, ctx.expiry, e.rkey)
+  return q_grant_reply(ctx.now, #parts, res)
+end
+
+-- A lower bound on when a refused request can be admitted (core: earliest_admission):
+-- concurrency may free sooner by a release; a ramp's inf only means "not next interval".
+local function q_floor(parts, res, now, pool_only)
+  local rule_of = {}
+  for _, p in ipairs(parts) do
+    if p.side or not pool_only then rule_of[p.name] = p.rule end
+  end
+  local floor = now
+  for _, row in ipairs(res.live) do
+    local rule = rule_of[row[1]]
+    if rule and rule ~= 'concurrency' and not (rule == 'ramp' and row[3] == INF) then
+      floor = math.max(floor, row[3])
+    end
+  end
+  return floor
+end
+
+-- What waiting cannot fix: too big, or the next fit is past the deadline. nil: keep waiting.
+local function q_unreachable(e, parts, res, now, queue_id)
+  if res.reason == 'unsatisfiable' then
+    return q_refusal(now, 'unsatisfiable', res.bucket, INF, '', res.live)
+  end
+  local floor = q_floor(parts, res, now, false)
+  if floor <= e.deadline then return nil end
+  local bucket = res.bucket
+  for _, row in ipairs(res.live) do
+    if row[3] == floor then bucket = row[1]; break end
+  end
+  return q_refusal(now, 'deadline_unreachable', bucket, res.retry, queue_id, res.live)
+end
+
+-- Flows whose own limit fits again rejoin, at most their burst credit behind V.
+local function q_unpark(Q, now)
+  local due = redis.call('ZRANGEBYSCORE', Q.p, '-inf', fmt(now), 'LIMIT', 0, UNPARK_LIMIT)
+  for _, flow in ipairs(due) do
+    redis.call('ZREM', Q.p, flow)
+    local first = redis.call('LINDEX', Q.qp .. ':f:' .. flow, 0)
+    local e = first and q_entry_load(Q, first)
+    if e then q_set_head(Q, e) end
+  end
+end
+
+local function q_ctx(ctx, e)
+  ctx.id, ctx.expiry = e.id, ctx.now + e.lease
+  return ctx
+end
+
+-- The pump: hand out what fits in start-tag order. ctx = {now, born, learning_until, limit,
+-- retention, index}. Returns next_fit, granted, refused and the newcomer's verdict (or nil).
+local function q_pump(Q, ctx, newcomer)
+  local now = ctx.now
+  local mine, refused = nil, 0
+  local function decide(e, verdict, keep)
+    local me = e.id == newcomer
+    q_drop(Q, e, verdict, now, not me, keep and not me)
+    if me then mine = verdict end
+  end
+  local due = redis.call('ZRANGEBYSCORE', Q.d, '-inf', fmt(now), 'LIMIT', 0, SWEEP_LIMIT)
+  for _, id in ipairs(due) do
+    local e = q_entry_load(Q, id)
+    if e then
+      decide(e, q_refusal(now, 'deadline', '', q_retry_hint(Q, now), id, {}), true)
+      refused = refused + 1
+    else
+      redis.call('ZREM', Q.d, id)
+    end
+  end
+  q_unpark(Q, now)
+  local blocked, skipped = {}, {}
+  local offset, visits, granted = 0, 0, 0
+  local next_fit, stopped_at, exhausted = INF, -1, false
+  while visits < MAX_VISITS and granted < MAX_GRANTS do
+    local row = redis.call('ZRANGE', Q.h, offset, offset, 'WITHSCORES')
+    if #row == 0 then exhausted = true; break end
+    visits = visits + 1
+    local id, s = row[1], tonumber(row[2])
+    local e = q_entry_load(Q, id)
+    if not e then
+      redis.call('ZREM', Q.h, id)  -- lost its entry (expired key): heal
+    elseif e.deadline <= now then
+      decide(e, q_refusal(now, 'deadline', '', q_retry_hint(Q, now), id, {}), true)
+      refused = refused + 1
+    else
+      local parts = q_parts(e)
+      local held = false
+      for _, p in ipairs(parts) do
+        if blocked[p.key] then held = true; break end
+      end
+      if held then
+        skipped[e.flow] = true
+        offset = offset + 1
+      else
+        local res = reserve_parts(q_ctx(ctx, e), parts)
+        if res.ok then
+          q_account(Q, e, s)
+          decide(e, q_lease(ctx, e, parts, res), true)
+          granted = granted + 1
+        else
+          local late = q_unreachable(e, parts, res, now, id)
+          if late then
+            decide(e, late, true)
+            refused = refused + 1
+          else
+            local names, by_pool, all_own = {}, false, true
+            for _, r in ipairs(res.live) do names[r[1]] = true end
+            for _, p in ipairs(parts) do
+              if names[p.name] then
+                if p.side then by_pool = true end
+                if not p.own then all_own = false end
+              end
+            end
+            next_fit = math.min(next_fit, res.retry)
+            if by_pool then
+              stopped_at = q_floor(parts, res, now, true)
+              break
+            end
+            if all_own and q_floor(parts, res, now, false) == res.retry then
+              -- Held by its own limit until a known time: not backlogged till then (parked).
+              redis.call('ZREM', Q.h, id)
+              redis.call('ZADD', Q.p, fmt(res.retry), e.flow)
+            else
+              for _, p in ipairs(parts) do
+                if names[p.name] then blocked[p.key] = true end
+              end
+              skipped[e.flow] = true
+              offset = offset + 1
+            end
+          end
+        end
+      end
+    end
+  end
+  if stopped_at < 0 and not exhausted then next_fit = now end
+  local first_parked = redis.call('ZRANGE', Q.p, 0, 0, 'WITHSCORES')
+  if first_parked[2] then next_fit = math.min(next_fit, tonumber(first_parked[2])) end
+  if stopped_at > now then
+    -- Nobody behind the stuck head can pass it before stopped_at: tell the doomed now.
+    local doomed = redis.call('ZRANGEBYSCORE', Q.d, '-inf', '(' .. fmt(stopped_at), 'LIMIT', 0,
+      EARLY_LIMIT)
+    for _, id in ipairs(doomed) do
+      local e = q_entry_load(Q, id)
+      if e and not skipped[e.flow] and not redis.call('ZSCORE', Q.p, e.flow) then
+        decide(e, q_refusal(now, 'deadline_unreachable', '', stopped_at, id, {}), true)
+        refused = refused + 1
+      end
+    end
+  end
+  local depth = redis.call('ZCARD', Q.d)
+  if depth == 0 then next_fit = INF end
+  Q.nf = next_fit
+  redis.call('HSET', Q.s, 'nf', fmt(next_fit))
+  return next_fit, granted, refused, mine, depth
+end
+
+local function q_load(qp)
+  local Q = q_keys(qp)
+  local st = redis.call('HMGET', Q.s, 'v', 'nf')
+  Q.v, Q.nf = tonumber(st[1] or '0'), tonumber(st[2] or '0')
+  return Q
+end
+
+
+local function q_pumped(now, next_fit, granted, refused, depth)
+  return {fmt(now), fmt(next_fit), depth, granted, refused}
+end

@@ -1,0 +1,241 @@
+"""The fair queue on Redis: one Lua call to enter (or be granted at once), one to pump, one to
+leave, and settle.lua + the pump in one call (SPEC D2, E1, E6). The steps mirror
+``quotas.core.queuebook.QueueBook``; ``lua/queue_lib.lua`` documents the keys.
+
+Verdicts for waiters go to one mailbox list per gateway process (``mail`` reads it with
+``BLPOP``), so a process with thousands of waiters holds one blocked connection, not
+thousands. A verdict also stays in the entry's key for a while, so a waiter that leaves at
+its deadline learns atomically whether the pump granted it first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from quotas.core.book import demand_parts
+from quotas.core.fairqueue import (
+    Pumped,
+    Queued,
+    QueueReason,
+    QueueRefusal,
+    Verdict,
+    bucket_sides,
+    request_cost,
+)
+from quotas.core.keys import record_key
+from quotas.core.model import (
+    BucketRefusal,
+    BucketSpec,
+    Grant,
+    Reason,
+    ReconcileResult,
+    Usage,
+)
+from quotas.store.redis import RedisReservationStore
+from quotas.store.wire import f_, parse_reserve, s_
+
+LUA = Path(__file__).with_name("lua")
+SCRIPTS = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
+SEP = b"\x1f"
+MAIL_BATCH = 256
+
+
+def queue_source(name: str) -> str:
+    """lib.lua + queue_lib.lua + the entry script (queue_settle wraps settle.lua too)."""
+    lib = (LUA / "lib.lua").read_text()
+    qlib = (LUA / "queue_lib.lua").read_text()
+    entry = (LUA / f"{name}.lua").read_text()
+    if name == "queue_settle":
+        settle = (LUA / "settle.lua").read_text()
+        lib = f"{lib}\nlocal function settle_main()\n{settle}\nend\n"
+    return f"{lib}\n{qlib}\n{entry}"
+
+
+def queue_prefix(prefix: str, pool: str) -> str:
+    """The pool's queue keys share the pool scope's hash tag."""
+    return f"{prefix}:{{{pool}}}:q"
+
+
+def reason_of(value: str) -> Reason | QueueReason:
+    try:
+        return QueueReason(value)
+    except ValueError:
+        return Reason(value)
+
+
+def parse_refusal(rid: str, fields: Sequence[Any]) -> QueueRefusal:
+    k = int(fields[6])
+    rows = tuple(
+        BucketRefusal(s_(fields[7 + 3 * i]), Reason(s_(fields[8 + 3 * i])), f_(fields[9 + 3 * i]))
+        for i in range(k)
+    )
+    return QueueRefusal(
+        rid,
+        f_(fields[1]),
+        reason_of(s_(fields[2])),
+        s_(fields[3]),
+        f_(fields[4]),
+        s_(fields[5]),
+        rows,
+    )
+
+
+class RedisQueueStore:
+    """The fair queue's atomic steps on Redis, for one gateway process (one mailbox)."""
+
+    def __init__(self, store: RedisReservationStore, *, mailbox: str | None = None) -> None:
+        self.store = store
+        self.client = store.client
+        self.mailbox = f"{store.prefix}:mb:{mailbox or uuid.uuid4().hex}"
+        for name in SCRIPTS:
+            store.register_script(name, queue_source(name))
+        # Parts and lease of this process's waiters: a grant's reply is parsed against them.
+        self._pending: dict[str, tuple[list[tuple[BucketSpec, float]], float]] = {}
+
+    def clock(self) -> float:
+        """This process's estimate of the Redis clock (deadlines are on it)."""
+        return self.store.local_now()
+
+    def _verdict(self, rid: str, raw: bytes | str) -> Verdict:
+        data = raw.encode() if isinstance(raw, str) else raw
+        fields = data.split(SEP)
+        if fields[0] == b"Q":
+            return parse_refusal(rid, fields)
+        parts, lease = self._pending[rid]
+        grant = parse_reserve(rid, fields, parts, lease)
+        assert isinstance(grant, Grant)
+        return grant
+
+    async def enter(
+        self,
+        reservation_id: str,
+        buckets: Sequence[BucketSpec],
+        demand: Usage,
+        *,
+        pool: str,
+        flow: str,
+        weight: float,
+        deadline: float,
+        max_depth: int,
+        flow_depth: int,
+        lease_seconds: float,
+        burst: float,
+        now: float | None = None,
+    ) -> Grant | QueueRefusal | Queued:
+        """Granted at once, refused at once, or waiting (the verdict comes by ``mail``)."""
+        parts = demand_parts(buckets, demand)
+        at = self.store.local_now(now)
+        (epoch, index), (clock, retention, max_lease, limit) = self.store.lease_args(now)
+        qp = queue_prefix(self.store.prefix, pool)
+        rkey = record_key(self.store.prefix, buckets[0].scope, reservation_id)
+        keys = [epoch, index, rkey, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d"]
+        args: list[str | bytes] = [
+            clock,
+            qp,
+            reservation_id,
+            flow,
+            repr(float(weight)),
+            repr(request_cost(demand)),
+            repr(float(burst)),
+            repr(float(deadline)),
+            repr(float(lease_seconds)),
+            self.mailbox,
+            str(int(max_depth)),
+            str(int(flow_depth)),
+            retention,
+            max_lease,
+            limit,
+            str(len(parts)),
+        ]
+        for (spec, amount), side in zip(parts, bucket_sides(buckets, pool), strict=True):
+            blob, bkey, hkey, pkey = self.store.bucket_call(spec, at)
+            keys += (bkey, hkey, pkey)
+            args += (blob, repr(amount), str(int(side)))
+        # Registered before the call: the verdict may reach the mailbox before the reply.
+        self._pending[reservation_id] = (parts, float(lease_seconds))
+        try:
+            reply = await self.store.run_script("queue_admit", keys, args)
+        except BaseException:
+            self._pending.pop(reservation_id, None)
+            raise
+        tag = s_(reply[0])
+        if tag == "W":
+            self.store.learn_clock(f_(reply[1]), now)
+            return Queued(reservation_id, f_(reply[1]), s_(reply[2]), f_(reply[3]))
+        if tag == "P":
+            self._pending.pop(reservation_id, None)
+            return parse_reserve(reservation_id, reply, parts, float(lease_seconds))  # type: ignore[return-value]
+        verdict = self._verdict(reservation_id, reply[1])
+        self._pending.pop(reservation_id, None)
+        at = verdict.at if isinstance(verdict, QueueRefusal) else verdict.created_at
+        self.store.learn_clock(at, now)
+        return verdict
+
+    def _pool_call(self, pool: str, now: float | None) -> tuple[list[str], list[str | bytes]]:
+        (epoch, index), (clock, retention, max_lease, limit) = self.store.lease_args(now)
+        qp = queue_prefix(self.store.prefix, pool)
+        keys = [epoch, index, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d"]
+        return keys, [clock, qp, retention, max_lease, limit]
+
+    @staticmethod
+    def _pumped(reply: Sequence[Any]) -> Pumped:
+        return Pumped(f_(reply[0]), f_(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
+
+    async def pump(self, pool: str, *, now: float | None = None) -> Pumped:
+        """Hand out what fits now; ``next_fit`` says when pumping again can help."""
+        keys, args = self._pool_call(pool, now)
+        pumped = self._pumped(await self.store.run_script("queue_pump", keys, args))
+        self.store.learn_clock(pumped.at, now)
+        return pumped
+
+    async def leave(
+        self, pool: str, reservation_id: str, *, reason: QueueReason, now: float | None = None
+    ) -> Verdict | None:
+        """Leave the queue, or get the verdict the pump reached first (None: none known)."""
+        keys, args = self._pool_call(pool, now)
+        args += (reservation_id, reason.value)
+        reply = await self.store.run_script("queue_leave", keys, args)
+        if s_(reply[0]) == "U":
+            return None
+        return self._verdict(reservation_id, reply[1])
+
+    async def settle(
+        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float | None = None
+    ) -> tuple[ReconcileResult, Pumped | None]:
+        """Reconcile (``actual``) or release (None), then pump the pool: one round trip."""
+        if pool is None:
+            if actual is None:
+                return await self.store.release(grant, now=now), None
+            return await self.store.reconcile(grant, actual, now=now), None
+        keys, args = self.store.settle_call(grant, actual, now)
+        qp = queue_prefix(self.store.prefix, pool)
+        keys += (f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d")
+        args.append(qp)
+        settled, pumped = await self.store.run_script("queue_settle", keys, args)
+        return self.store.settle_result(grant, settled, now), self._pumped(pumped)
+
+    async def mail(self, *, timeout: float) -> list[tuple[str, Verdict]]:
+        """Verdicts for this process's waiters; blocks up to ``timeout`` s (> 0) for the first."""
+        raw: list[Any] = []
+        if timeout > 0:
+            first = await self.client.blpop([self.mailbox], timeout=timeout)
+            if first is None:
+                return []
+            raw.append(first[1])
+        more: Any = await self.client.lpop(self.mailbox, MAIL_BATCH)
+        if more:
+            raw += more
+        out: list[tuple[str, Verdict]] = []
+        for item in raw:
+            rid_b, _, verdict = (item if isinstance(item, bytes) else item.encode()).partition(SEP)
+            rid = rid_b.decode()
+            if rid in self._pending:
+                out.append((rid, self._verdict(rid, verdict)))
+        return out
+
+    def forget(self, reservation_id: str) -> None:
+        """The waiter is done: verdicts for it that still arrive are dropped."""
+        self._pending.pop(reservation_id, None)

@@ -1,0 +1,312 @@
+"""The fair queue's pure core on a simulated clock: weights hold in long backlogged runs, burst
+credit is bounded, unused capacity goes to others, deadlines are never passed, and the tags
+of those behind a waiter that leaves do not move. Time is an argument; nothing sleeps."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quotas.core.book import Book
+from quotas.core.fairqueue import (
+    Queued,
+    QueueReason,
+    QueueRefusal,
+    jain_index,
+    start_tag,
+    weighted_max_min,
+)
+from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage
+from quotas.core.queuebook import QueueBook
+
+T0 = 1_700_000_000.0
+POOL = "provider:alpha"
+RATE = 10_000.0  # pool tokens per second
+TPM = BucketSpec("alpha-tpm", POOL, Dimension.TOTAL_TOKENS, Rule.REFILL, RATE, 1.0)
+
+
+@dataclass
+class Flow:
+    weight: float
+    costs: tuple[int, int]  # request size range, tokens
+    depth: int = 4  # keep this many waiting while active
+    active: tuple[float, float] = (0.0, 1e9)  # seconds after T0
+    served: list[tuple[float, float]] = field(default_factory=list)  # (time, tokens)
+
+
+@dataclass
+class Run:
+    qb: QueueBook
+    flows: dict[str, Flow]
+    seq: int = 0
+
+    def tokens(self, name: str, start: float, end: float) -> float:
+        return sum(n for t, n in self.flows[name].served if start <= t - T0 < end)
+
+
+def simulate(flows: dict[str, Flow], *, seconds: float, burst: float, seed: int = 0) -> Run:
+    """Every flow keeps ``depth`` requests waiting while active; the pump runs every 10 ms."""
+    rng = random.Random(seed)
+    run = Run(QueueBook(Book()), flows)
+    sizes: dict[str, float] = {}
+    step = 0.01
+    for k in range(int(seconds / step)):
+        now = T0 + k * step
+        for name, flow in flows.items():
+            if not flow.active[0] <= now - T0 < flow.active[1]:
+                continue
+            pq = run.qb.pools.get(POOL)
+            while pq is None or len(pq.flows.get(name, ())) < flow.depth:
+                run.seq += 1
+                rid = f"{name}-{run.seq}"
+                size = rng.randint(*flow.costs)
+                sizes[rid] = size
+                result = run.qb.enter(
+                    rid,
+                    [TPM],
+                    Usage(input_tokens=size),
+                    pool=POOL,
+                    flow=name,
+                    weight=flow.weight,
+                    deadline=now + 1e6,
+                    max_depth=10_000,
+                    flow_depth=1000,
+                    lease_seconds=60,
+                    burst=burst,
+                    mailbox="m",
+                    now=now,
+                )
+                assert isinstance(result, Queued | Grant), result
+                if isinstance(result, Grant):
+                    flow.served.append((now, size))
+                pq = run.qb.pools[POOL]
+        run.qb.pump(POOL, now=now)
+        for rid, verdict in run.qb.take_mail("m"):
+            assert isinstance(verdict, Grant)
+            flows[rid.split("-")[0]].served.append((verdict.created_at, sizes[rid]))
+    return run
+
+
+weights = st.sampled_from([1.0, 2.0, 4.0, 8.0])
+
+
+@settings(max_examples=12, deadline=None)
+@given(ws=st.lists(weights, min_size=2, max_size=4), seed=st.integers(0, 1000))
+def test_it_serves_backlogged_flows_in_proportion_to_their_weights(ws, seed):
+    flows = {f"f{i}": Flow(w, (50, 400)) for i, w in enumerate(ws)}
+    run = simulate(flows, seconds=8, burst=0.0, seed=seed)
+    total = sum(run.tokens(n, 0, 8) for n in flows)
+    assert total >= RATE * 8 * 0.98  # the pool never idles while someone waits
+    # Start-time fair queuing's bound: while both are backlogged (all are, once all joined at
+    # the start), normalised service differs by at most one request each.
+    for a in flows:
+        for b in flows:
+            gap = run.tokens(a, 0.5, 8) / flows[a].weight - run.tokens(b, 0.5, 8) / flows[b].weight
+            assert gap <= 400 / flows[a].weight + 400 / flows[b].weight + 1e-6
+
+
+def test_it_holds_weight_ratios_within_five_percent_over_a_long_run():
+    flows = {"one": Flow(1, (100, 1000)), "two": Flow(2, (100, 1000)), "four": Flow(4, (100, 1000))}
+    run = simulate(flows, seconds=60, burst=4000.0, seed=7)
+    got = {n: run.tokens(n, 5, 60) for n in flows}
+    fair = weighted_max_min(
+        sum(got.values()), {n: 1e12 for n in flows}, {n: f.weight for n, f in flows.items()}
+    )
+    for n in flows:
+        assert abs(got[n] / fair[n] - 1) <= 0.05, (n, got, fair)
+    assert jain_index([got[n] / fair[n] for n in flows]) >= 0.999
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    burst=st.sampled_from([0.0, 400.0, 1000.0]),
+    w=weights,
+    idle=st.floats(2.5, 4.0),
+    seed=st.integers(0, 1000),
+)
+def test_it_bounds_the_burst_credit_of_a_returning_tenant(burst, w, idle, seed):
+    flows = {
+        "back": Flow(w, (50, 300), active=(idle, 1e9)),
+        "busy": Flow(w, (50, 300)),
+        "other": Flow(w, (50, 300)),
+    }
+    run = simulate(flows, seconds=idle + 3, burst=burst, seed=seed)
+    # From its return on, the returning tenant is ahead of a continuously busy one by at most
+    # its burst (plus one request each), however long it was away.
+    ahead = max(
+        (run.tokens("back", idle, idle + d) - run.tokens("busy", idle, idle + d)) / w
+        for d in (0.25, 0.5, 1, 2, 3)
+    )
+    assert ahead <= (burst + 300 + 300) / w + 1e-6
+    # ... and it does get that burst (served alone until it is used up). The others, busy
+    # since the start, have used up their own first credit by now (0.2 s at 5000 tokens/s).
+    got = run.tokens("back", idle, idle + 3) - run.tokens("busy", idle, idle + 3)
+    assert got >= min(burst, RATE * 3) - 2 * 300
+
+
+def enter(qb: QueueBook, rid: str, flow: str, size: float, now: float, **kw) -> object:
+    args = dict(
+        pool=POOL,
+        flow=flow,
+        weight=1.0,
+        deadline=now + 60,
+        max_depth=10_000,
+        flow_depth=100,
+        lease_seconds=60,
+        burst=0.0,
+        mailbox="m",
+        now=now,
+    )
+    args.update(kw)
+    return qb.enter(rid, [TPM], Usage(input_tokens=size), **args)
+
+
+def test_it_gives_capacity_an_idle_or_light_tenant_does_not_use_to_the_others():
+    qb, served = QueueBook(Book()), defaultdict(list)
+    for k in range(1000):  # 10 s in 10 ms steps
+        now = T0 + k * 0.01
+        # 'light' asks for 10 % of the pool: 100 tokens every 10 ms.
+        if k % 10 == 0 and isinstance(enter(qb, f"light-{k}", "light", 100, now), Grant):
+            served["light"].append((now, 100))
+        while len(qb.pools[POOL].flows.get("noisy", ())) < 20:  # 'noisy' asks for far more
+            if isinstance(enter(qb, f"noisy-{k}-{len(served['n'])}", "noisy", 150, now), Grant):
+                served["noisy"].append((now, 150))
+            served["n"].append(1)
+        qb.pump(POOL, now=now)
+        for rid, verdict in qb.take_mail("m"):
+            name = rid.split("-")[0]
+            served[name].append((verdict.created_at, 100 if name == "light" else 150))
+            if name == "light":
+                # Its turn comes at once: it waits at most for the pool to refill 100 tokens.
+                assert verdict.created_at - T0 - int(rid.split("-")[1]) * 0.01 <= 0.02
+    light = sum(n for t, n in served["light"] if t - T0 >= 1)
+    noisy = sum(n for t, n in served["noisy"] if t - T0 >= 1)
+    assert light == 100 * 90  # every light request
+    # What light and the idle tenant did not use went to noisy: the pool never idled.
+    assert light + noisy >= RATE * 9 * 0.98
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.floats(0, 0.5), st.integers(0, 3), st.integers(10, 600), st.floats(0.05, 3)),
+        min_size=5,
+        max_size=60,
+    )
+)
+def test_it_never_grants_after_a_deadline_nor_beyond_capacity(ops):
+    qb = QueueBook(Book())
+    now, deadlines, granted = T0, {}, []
+    for i, (gap, who, size, patience) in enumerate(ops):
+        now += gap
+        deadlines[f"r{i}"] = now + patience
+        r = enter(
+            qb,
+            f"r{i}",
+            f"t{who}",
+            size,
+            now,
+            weight=who + 1,
+            deadline=now + patience,
+            max_depth=8,
+            flow_depth=3,
+            burst=500,
+        )
+        if isinstance(r, Grant):
+            granted.append((r.reservation_id, r.created_at, size))
+        qb.pump(POOL, now=now)
+        for rid, v in qb.take_mail("m"):
+            if isinstance(v, Grant):
+                granted.append((rid, v.created_at, v.parts[0].amount))
+            else:
+                assert v.reason in set(QueueReason) and v.retry_at >= v.at
+    for rid, at, _ in granted:
+        assert at < deadlines[rid]
+    # A refill bucket of C per P never hands out more than C + elapsed·C/P.
+    total = sum(size for _, _, size in granted)
+    assert total <= TPM.capacity + (now - T0) * RATE + 1e-6
+    # Pumping past every deadline leaves no waiter behind.
+    qb.pump(POOL, now=now + 10)
+    assert not qb.pools[POOL].entries
+
+
+def test_it_does_not_move_the_tags_of_those_behind_a_waiter_that_leaves():
+    qb = QueueBook(Book())
+    enter(qb, "x0", "a", RATE, T0, weight=2.0)
+    for i in range(1, 4):
+        enter(qb, f"x{i}", "a", 100, T0, weight=2.0)
+    assert isinstance(qb.leave(POOL, "x2", reason=QueueReason.CANCELLED, now=T0), QueueRefusal)
+    qb.pump(POOL, now=T0 + 1)
+    assert sorted(rid for rid, _ in qb.take_mail("m")) == ["x1", "x3"]
+    # Only what was granted counts: 10000 + 100 + 100 tokens at weight 2.
+    assert qb.pools[POOL].finish["a"] == 5100.0
+
+
+def test_it_lets_a_returning_flow_lag_virtual_time_by_its_burst_only():
+    assert start_tag(1000.0, 10.0, 800.0, 4.0) == 800.0  # long idle: credit is burst / weight
+    assert start_tag(1000.0, 950.0, 800.0, 4.0) == 950.0  # little lag: no extra credit
+    assert start_tag(1000.0, 1200.0, 800.0, 4.0) == 1200.0  # ahead: waits its turn
+
+
+def test_it_computes_jain_and_weighted_max_min_shares():
+    assert jain_index([1, 1, 1, 1]) == 1.0
+    assert jain_index([1, 0, 0, 0]) == 0.25
+    shares = weighted_max_min(100, {"a": 1000, "b": 10, "c": 1000}, {"a": 1, "b": 1, "c": 3})
+    assert shares == {"a": 22.5, "b": 10, "c": 67.5}
+
+
+def test_it_keeps_the_queue_core_free_of_django_and_redis():
+    code = (
+        "import sys, quotas.core.fairqueue, quotas.core.queuebook; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'redis')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_it_holds_a_noisy_tenant_to_its_share_where_one_fifo_would_not(fair):
+    """A offers 9× its share, B and C 60 % of theirs. Negative control: the same load through
+    one FIFO flow (every tenant in one flow) starves B and C, so the check can fail."""
+    qb, offered, granted = QueueBook(Book()), defaultdict(int), defaultdict(int)
+    rates = {"a": 3.0, "b": 0.2, "c": 0.2}  # requests of 100 tokens per 10 ms step
+    owed, counted, seq = defaultdict(float), set(), 0
+    for k in range(1000):  # 10 s; the pool serves 100 requests/s; count arrivals from 2 s on
+        now = T0 + k * 0.01
+        for name, rate in rates.items():
+            owed[name] += rate
+            while owed[name] >= 1:
+                owed[name] -= 1
+                seq += 1
+                rid = f"{name}-{seq}"
+                if k >= 200:
+                    offered[name] += 1
+                    counted.add(rid)
+                r = enter(
+                    qb,
+                    rid,
+                    name if fair else "all",
+                    100,
+                    now,
+                    deadline=now + 1.0,
+                    max_depth=400,
+                    flow_depth=50 if fair else 400,
+                )
+                granted[name] += isinstance(r, Grant) and rid in counted
+        qb.pump(POOL, now=now)
+        for rid, verdict in qb.take_mail("m"):
+            granted[rid.split("-")[0]] += isinstance(verdict, Grant) and rid in counted
+    share = {name: granted[name] / offered[name] for name in rates}
+    if fair:
+        assert share["b"] >= 0.9 and share["c"] >= 0.9, share
+        # ... and the pool was kept busy: all but A's last 50 waiters (its flow depth) served.
+        assert sum(granted.values()) >= 100 * 8 - 50 - 5
+    else:
+        assert share["b"] < 0.5 and share["c"] < 0.5, share
