@@ -51,6 +51,18 @@ MARKET = {
             },
         },
         {
+            "name": "eta",
+            "port": 9204,
+            "protocol": "openai",
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 10, "p95": 20},
+                    "tokens_per_s": {"median": 2000, "p05": 1000},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
             "name": "zeta",
             "port": 9203,
             "protocol": "openai",
@@ -116,6 +128,14 @@ CONFIG = {
             "limits": [{"dimension": "requests", "capacity": 6000, "per": "1m"}],
         },
         {
+            "name": "eta",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9204/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            # 10 requests/s with a burst of 10, so the test sees the steady rate at once.
+            "limits": [{"dimension": "requests", "capacity": 10, "per": "1s"}],
+        },
+        {
             "name": "zeta",
             "protocol": "openai",
             "base_url": "http://127.0.0.1:9203/v1",
@@ -125,6 +145,7 @@ CONFIG = {
     "models": [
         {"slug": "broker/delta", "endpoints": [_endpoint("delta")]},
         {"slug": "broker/epsilon", "endpoints": [_endpoint("epsilon")]},
+        {"slug": "broker/eta", "endpoints": [_endpoint("eta")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
     ],
     "workload_classes": [
@@ -387,3 +408,56 @@ def test_it_counts_but_never_enforces_a_shadow_limit(broker_stack):
 
     wait_until(lambda: len(shadowed()) >= 2, timeout=15, what="shadow refusals in the ledger")
     assert shadowed()[0] == ["tenant:three:requests:1m:shadow:bucket_exhausted"]
+
+
+async def _open_loop(stack, rates, seconds):
+    """Send each tenant's requests at a fixed rate (open loop); (tenant, finished at, status)."""
+    results = []
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=500)) as client:
+
+        async def one(tenant):
+            response, _ = await _post(client, stack, KEYS[tenant], _payload("broker/eta"))
+            results.append((tenant, time.monotonic(), response.status_code))
+
+        tasks = []
+        start = time.monotonic()
+        sent = dict.fromkeys(rates, 0)
+        while (now := time.monotonic()) < start + seconds:
+            for tenant, rate in rates.items():
+                while sent[tenant] < (now - start) * rate:
+                    sent[tenant] += 1
+                    tasks.append(asyncio.create_task(one(tenant)))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+    return start, results
+
+
+def _throughput(start, results, tenant, window):
+    """Served requests per second of one tenant within [start + window[0], start + window[1]]."""
+    low, high = start + window[0], start + window[1]
+    served = [
+        t for who, t, status in results if who == tenant and status == 200 and low <= t < high
+    ]
+    return len(served) / (high - low)
+
+
+def test_it_holds_a_noisy_tenant_to_its_share_of_the_pool(broker_stack):
+    """Pool: 10 requests/s for three equal tenants. B and C send 2.5/s, within their share;
+    A floods at 33/s, ten times its share of 3.3/s."""
+    steady = {"two": 2.5, "three": 2.5}
+    window = (3.0, 15.0)  # once the queue is in its steady state
+    start, alone = asyncio.run(_open_loop(broker_stack, steady, 15.0))
+    quiet = {t: _throughput(start, alone, t, window) for t in steady}
+    start, crowded = asyncio.run(_open_loop(broker_stack, {"one": 33.0, **steady}, 15.0))
+    noisy = {t: _throughput(start, crowded, t, window) for t in ("one", *steady)}
+
+    for tenant in steady:
+        assert noisy[tenant] >= 0.9 * quiet[tenant], (tenant, quiet, noisy)
+    # Max-min fair shares of the 10/s: B and C get what they ask, A the rest. Jain's index
+    # over each tenant's throughput divided by its fair share.
+    shares = {"two": 2.5, "three": 2.5, "one": 10.0 - 5.0}
+    ratios = [noisy[t] / shares[t] for t in shares]
+    jain = sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))
+    assert jain >= 0.95, (noisy, jain)
+    refused = [status for who, _, status in crowded if who == "one" and status != 200]
+    assert refused and set(refused) == {429}, "the flood is refused, not failed"
