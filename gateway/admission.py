@@ -31,6 +31,13 @@ from routing.catalogue import EndpointEntry
 CORRECTIONS = Corrections()
 # A tenant's flow may fill at most this share of a pool's queue (the rest stays for others).
 FLOW_SHARE_OF_QUEUE = 0.5
+QUEUE_REFUSALS = {
+    "deadline": "it waited in the queue until its deadline",
+    "deadline_unreachable": "capacity will not come back before its deadline",
+    "queue_full": "the queue for this provider is full",
+    "flow_full": "this tenant already has as many requests waiting as it may",
+    "cancelled": "it was cancelled while waiting",
+}
 
 
 @dataclass
@@ -173,15 +180,16 @@ def _refusal(call: Call, refusal: Refusal | QueueRefusal, demand: Demand) -> Cap
             reason=reason,
             retry_after=None,
         )
-    where = f"'{refusal.bucket}' is {reason.replace('_', ' ')}" if refusal.bucket else reason
     # Retry-After is never below one second (a refusal is never an invitation to spin).
     retry_after = (
         max(1.0, refusal.retry_at - time.time()) if math.isfinite(refusal.retry_at) else None
     )
+    if refusal.bucket:
+        why = f"the limit '{refusal.bucket}' is {reason.replace('_', ' ')}"
+    else:
+        why = QUEUE_REFUSALS.get(reason, reason.replace("_", " "))
     return CapacityRefused(
-        f"No capacity for this request before its deadline ({where}).",
-        reason=reason,
-        retry_after=retry_after,
+        f"No capacity for this request: {why}.", reason=reason, retry_after=retry_after
     )
 
 
