@@ -31,7 +31,7 @@ from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.urls import set_script_prefix  # noqa: E402
 
-from gateway import upstream  # noqa: E402
+from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
 
 Scope = dict[str, Any]
@@ -139,6 +139,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await ledger.ledger_drain()
             await upstream.clients_close()
             await send({"type": "lifespan.shutdown.complete"})
             return

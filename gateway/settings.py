@@ -160,6 +160,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-celery"
 # Periodic work: flush the usage ledger from Redis into the database.
 LEDGER_FLUSH_INTERVAL = env_float("LEDGER_FLUSH_INTERVAL", 1.0)
+# How long a gateway process gathers ledger records before appending them in one call.
+LEDGER_BATCH_SECONDS = env_float("LEDGER_BATCH_SECONDS", 0.05)
 LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
 CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
