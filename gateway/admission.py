@@ -112,7 +112,8 @@ async def _wait(
 ) -> Admitted:
     """Wait in the fair queue of the candidate that fits first, until the deadline (D2, E6)."""
     best = min(refused, key=lambda c: c.refusal.retry_at)
-    if best.refusal.reason is Reason.UNSATISFIABLE:
+    if best.refusal.reason is Reason.UNSATISFIABLE or call.may_degrade:
+        # A degrading class does not wait here: its fallback model may have room now (E2).
         raise _refusal(call, best.refusal, best.demand)
     waiting_since = time.monotonic()
     try:

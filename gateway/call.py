@@ -36,6 +36,7 @@ class Call:
     idempotency_key: str = ""
     conversation: str | None = None  # G12: the conversation this request continues
     route: str = ""  # G15: why the router chose as it did
+    degraded_from: str = ""  # E2: the model asked for, when its fallback served instead
     endpoint: EndpointEntry | None = None  # the endpoint of the current (or last) attempt
     grant: Grant | None = None  # the current attempt's reservation
     demand: Demand | None = None  # what it was estimated to take (C2)
@@ -49,6 +50,16 @@ class Call:
     ttft: float | None = None
     reason: str = ""  # Switchyard's reason code for the outcome
     explanation: list[str] = field(default_factory=list)  # why endpoints were passed over
+
+    @property
+    def may_degrade(self) -> bool:
+        """E2: refused for capacity, this request may go to its model's fallback (once)."""
+        return (
+            self.workload.overload_action == "degrade"
+            and not self.degraded_from
+            and self.model is not None
+            and self.model.fallback_slug is not None
+        )
 
     @property
     def deadline(self) -> float:

@@ -58,7 +58,6 @@ class LedgerBuffer:
         if self.records:
             self._flusher = asyncio.create_task(self._flush_soon())
 
-
     async def drain(self) -> None:
         """Append what is left (the process is shutting down)."""
         if self._flusher is not None and not self._flusher.done():

@@ -32,6 +32,7 @@ from gateway.dispatch import Attempt, attempt_send
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
+    CapacityRefused,
     GatewayError,
     IdempotencyConflict,
     InvalidRequest,
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 
 PROVIDER_HEADER = "x-switchyard-provider"
 ROUTE_HEADER = "x-switchyard-route"
+DEGRADED_HEADER = "x-switchyard-degraded-from"
 REQUEST_ID_HEADER = "x-request-id"
 WORKLOAD_HEADER = "x-switchyard-workload"
 SESSION_HEADER = "x-session-id"
@@ -99,7 +101,13 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         if call.idempotency_key:
             await _idempotency_claim(call)
         candidates = await _plan(call, snapshot, body, request)
-        return await _serve(call, snapshot, body, candidates)
+        try:
+            return await _serve(call, snapshot, body, candidates)
+        except CapacityRefused:
+            if not call.may_degrade:
+                raise
+            body = await _degrade(call, snapshot, body, request)
+            return await _serve(call, snapshot, body, await _plan(call, snapshot, body, request))
     except RedisError:
         # The broker cannot promise capacity without its shared state: refuse, don't guess.
         log.warning("Redis failed during a request", exc_info=True)
@@ -189,6 +197,19 @@ def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) ->
             )
         return chosen
     return default
+
+
+async def _degrade(
+    call: Call, snapshot: Snapshot, body: dict[str, Any], request: HttpRequest
+) -> dict[str, Any]:
+    """E2: no capacity now for an interactive request whose class degrades: its model's
+    fallback serves it instead (queueing there as usual)."""
+    model = _require_model(call)
+    assert model.fallback_slug is not None
+    call.degraded_from = model.slug
+    call.model = snapshot.catalogue.models[model.fallback_slug]
+    call.explanation.append(f"degraded:{model.slug}->{call.model.slug}")
+    return {**body, "model": call.model.slug, "models": []}
 
 
 async def _idempotency_claim(call: Call) -> None:
@@ -465,6 +486,8 @@ def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
         headers[PROVIDER_HEADER] = call.endpoint.provider.name
     if call.route:
         headers[ROUTE_HEADER] = call.route
+    if call.degraded_from:
+        headers[DEGRADED_HEADER] = call.degraded_from
     if call.principal is not None:
         headers.update(
             decision_headers(

@@ -89,7 +89,7 @@ def _endpoint(provider):
     }
 
 
-def _tenant(name, limits=()):
+def _tenant(name, limits=(), workload="interactive"):
     return {
         "name": name,
         "limits": list(limits),
@@ -99,7 +99,7 @@ def _tenant(name, limits=()):
                 "apps": [
                     {
                         "name": "a",
-                        "default_workload": "interactive",
+                        "default_workload": workload,
                         "keys": [{"name": "k", "secret": f"sk-sy-test-broker-{name}"}],
                     }
                 ],
@@ -143,7 +143,11 @@ CONFIG = {
         },
     ],
     "models": [
-        {"slug": "broker/delta", "endpoints": [_endpoint("delta")]},
+        {
+            "slug": "broker/delta",
+            "endpoints": [_endpoint("delta")],
+            "fallback_model": "broker/zeta",
+        },
         {"slug": "broker/epsilon", "endpoints": [_endpoint("epsilon")]},
         {"slug": "broker/eta", "endpoints": [_endpoint("eta")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
@@ -156,7 +160,14 @@ CONFIG = {
             "overload": "reject",
             "weight": 8,
             "retry_budget": 2,
-        }
+        },
+        {
+            "name": "degrading",
+            "deadline": f"{int(DEADLINE)}s",
+            "max_queue_depth": 1000,
+            "overload": "degrade",
+            "weight": 8,
+        },
     ],
     "tenants": [
         _tenant(
@@ -174,9 +185,11 @@ CONFIG = {
         _tenant("two"),
         # A trial limit: one request a minute, in shadow mode — counted, never enforced.
         _tenant("three", [{"dimension": "requests", "capacity": 1, "per": "1m", "shadow": True}]),
+        _tenant("four", workload="degrading"),
     ],
 }
 KEYS = {name: f"sk-sy-test-broker-{name}" for name in ("one", "two", "three")}
+DEGRADING_KEY = "sk-sy-test-broker-four"
 
 
 @pytest.fixture(scope="module")
@@ -461,3 +474,28 @@ def test_it_holds_a_noisy_tenant_to_its_share_of_the_pool(broker_stack):
     assert jain >= 0.95, (noisy, jain)
     refused = [status for who, _, status in crowded if who == "one" and status != 200]
     assert refused and set(refused) == {429}, "the flood is refused, not failed"
+
+
+def test_it_degrades_to_the_fallback_model_instead_of_refusing(broker_stack):
+    """delta (60/min) is served first; what it has no room for goes to its fallback, at once."""
+
+    async def crowd():
+        async with httpx.AsyncClient(
+            timeout=30, limits=httpx.Limits(max_connections=200)
+        ) as client:
+            return await asyncio.gather(
+                *(
+                    _post(client, broker_stack, DEGRADING_KEY, _payload("broker/delta"))
+                    for _ in range(90)
+                )
+            )
+
+    results = asyncio.run(crowd())
+    assert [r.status_code for r, _ in results] == [200] * 90
+    degraded = [
+        r for r, _ in results if r.headers.get("x-switchyard-degraded-from") == "broker/delta"
+    ]
+    assert degraded, "delta's 60/min cannot take 90 at once"
+    assert all(r.json()["model"] == "broker/zeta" for r in degraded)
+    assert all(r.headers["x-switchyard-provider"] == "zeta" for r in degraded)
+    assert all(seconds < DEADLINE for _, seconds in results), "degrading does not wait first"
