@@ -9,7 +9,6 @@ gateway is NOT told about, so only the provider's own 429s and Retry-After can t
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -360,16 +359,18 @@ def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broke
         "max_tokens": 2000,
         "stream": True,
     }
-    with httpx.Client(timeout=30) as client:
-        with client.stream(
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
             "POST",
             f"{broker_stack.base_url}/v1/chat/completions",
             headers={"Authorization": f"Bearer {KEYS['one']}"},
             json=payload,
-        ) as response:
-            lines = response.iter_lines()
-            assert next(lines).startswith("data: ")
-            assert bucket_available(broker_stack, "provider:delta:concurrency") == 11
+        ) as response,
+    ):
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert bucket_available(broker_stack, "provider:delta:concurrency") == 11
         # the client went away mid-stream
     wait_until(
         lambda: bucket_available(broker_stack, "provider:delta:concurrency") == 12,
