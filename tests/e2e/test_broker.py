@@ -347,10 +347,12 @@ def test_it_reconciles_streaming_usage_exactly_including_cached_tokens(broker_st
     assert before - after == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broker_stack):
+@pytest.mark.parametrize("leaving", ["disconnects", "times_out"])
+def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_goes(broker_stack, leaving):
+    # Slow tokens: one every ~0.5 s, so the stream is surely running when the client goes.
     httpx.post(
         f"{broker_stack.sim_url('delta')}/_incident",
-        json={"model": "m", "for": "3s", "tokens_per_s": {"median": 5, "p05": 4}},
+        json={"model": "m", "for": "3s", "tokens_per_s": {"median": 2, "p05": 1.5}},
     ).raise_for_status()
     tokens_before = bucket_available(broker_stack, "tenant:one:total_tokens:day")
     payload = {
@@ -359,8 +361,9 @@ def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broke
         "max_tokens": 2000,
         "stream": True,
     }
+    read_timeout = 0.2 if leaving == "times_out" else 30
     with (
-        httpx.Client(timeout=30) as client,
+        httpx.Client(timeout=httpx.Timeout(30, read=read_timeout)) as client,
         client.stream(
             "POST",
             f"{broker_stack.base_url}/v1/chat/completions",
@@ -371,7 +374,10 @@ def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broke
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
         assert bucket_available(broker_stack, "provider:delta:concurrency") == 11
-        # the client went away mid-stream
+        if leaving == "times_out":
+            with pytest.raises(httpx.ReadTimeout):
+                list(lines)
+        # leaving the block closes the connection mid-stream
     wait_until(
         lambda: bucket_available(broker_stack, "provider:delta:concurrency") == 12,
         timeout=5,
@@ -379,6 +385,7 @@ def test_it_leaves_no_slot_or_tokens_behind_when_a_streaming_client_leaves(broke
     )
     spent = tokens_before - bucket_available(broker_stack, "tenant:one:total_tokens:day")
     assert 0 < spent < 2000, "reconciled to what was streamed, not the 2000 reserved"
+    wait_until(lambda: not sim_stats(broker_stack, "delta")["incidents"], timeout=5, what="calm")
 
 
 def test_it_sends_one_request_for_one_idempotency_key(broker_stack):
