@@ -104,6 +104,7 @@ async def admit(
         call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
         if buckets.is_tenant_side(result.bucket):
             break  # the caller's own limit binds whichever endpoint serves the request
+
     return await _wait(call, body, refused, broker)
 
 

@@ -58,7 +58,7 @@ async def relay(
         async for raw in response.aiter_bytes():
             for event in parser.feed(raw):
                 for chunk in translator.feed(event):
-                    if ttft is None:
+                    if ttft is None and _first_token(chunk):
                         ttft = time.monotonic() - started
                         upstream_ttft = time.monotonic() - upstream_started
                     if chunk.get("usage") is not None and not chunk.get("choices"):
@@ -109,6 +109,15 @@ async def relay(
                 tool_calls=[tool_calls[i] for i in sorted(tool_calls)],
             )
         )
+
+
+def _first_token(chunk: dict[str, Any]) -> bool:
+    """TTFT ends at the first chunk with output — not at the role-only opening chunk."""
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls") or choice.get("finish_reason"):
+            return True
+    return False
 
 
 def _collect(chunk: dict[str, Any], tool_calls: dict[int, dict[str, Any]]) -> int:

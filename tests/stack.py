@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
+import redis
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,11 +250,33 @@ class Stack:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self.processes.clear()
+        self._forget_redis()
         try:
             with psycopg.connect(self.maintenance_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         except psycopg.Error:
             pass
+
+    def _forget_redis(self) -> None:
+        """Delete every key of this stack's prefix (they would only pile up otherwise)."""
+        try:
+            client = redis.Redis.from_url(self.redis_url)
+            for keys in _batched(client.scan_iter(match=f"{self.name}:*", count=1000), 1000):
+                client.delete(*keys)
+            client.close()
+        except redis.RedisError:
+            pass
+
+
+def _batched(items: Any, size: int) -> Any:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _with_database(url: str, name: str) -> str:

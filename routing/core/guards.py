@@ -27,9 +27,29 @@ def far_above_peers(values: list[float], ratio: float, margin: float) -> list[bo
     return flags
 
 
-def breaker_open(fault_rates: list[float], params: RoutingParameters) -> list[bool]:
-    """G7: endpoints whose fault rate is far above their peers' get probe traffic only."""
-    return far_above_peers(fault_rates, params.breaker_ratio, params.breaker_margin)
+def breaker_open(
+    fault_rates: list[float],
+    params: RoutingParameters,
+    *,
+    probation: list[bool] | None = None,
+    held_rates: list[float] | None = None,
+) -> list[bool]:
+    """G7: endpoints whose fault rate is far above their peers' get probe traffic only.
+
+    An endpoint on ``probation`` (its breaker open, or closed only recently) is judged by its
+    ``held_rates`` entry, the fault rate with a weak prior: it stays open until it recovers,
+    not until the decayed evidence merely becomes too thin to reopen it.
+    """
+    opened = far_above_peers(fault_rates, params.breaker_ratio, params.breaker_margin)
+    if probation is None or held_rates is None:
+        return opened
+    for i in range(len(fault_rates)):
+        if opened[i] or not probation[i]:
+            continue
+        peers = fault_rates[:i] + fault_rates[i + 1 :]
+        threshold = params.breaker_ratio * median(peers, 0.0) + params.breaker_margin
+        opened[i] = bool(peers) and held_rates[i] > threshold
+    return opened
 
 
 def quality_flagged(bad_rates: list[float], params: RoutingParameters) -> list[bool]:

@@ -61,6 +61,11 @@ class RoutingParameters:
     # Open when rate > breaker_ratio × peers' median + breaker_margin.
     breaker_ratio: float = 3.0
     breaker_margin: float = 0.05
+    # Hysteresis: an open breaker closes only when the fault rate, weighed with this many
+    # pseudo-attempts of the model's rate (instead of prior_attempts), is back under the
+    # threshold. Failing probes keep it open; without probes the evidence fades and it retries
+    # after a few fast half-lives — not as soon as the evidence is too thin to reopen it.
+    breaker_hold_prior: float = 1.0
     quality_flag_ratio: float = 3.0
     quality_flag_margin: float = 0.05
 

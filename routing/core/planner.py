@@ -171,6 +171,9 @@ def _model_part(
     part.costs = dict(zip(cand, costs, strict=True))
     if strategy == "routing_cost":
         order = _routing_cost_order(table, cand, costs, rng)
+        # A demoted endpoint goes first only as a probe (its probe share); as a fallback it
+        # comes after every healthy endpoint ("planned, but last").
+        order = order[:1] + sorted(order[1:], key=lambda i: table.demoted[i] != "")
     elif strategy == "price_only":
         prices = [table.endpoints[i].price_input for i in cand]
         outage = [table.legacy_outage[i] for i in cand]

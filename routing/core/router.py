@@ -94,7 +94,7 @@ class Router:
         model = self.models.get(slug)
         if model is None:
             return None
-        table = table_build(model, self.stats, self.traffic.get(slug, {}), now)
+        table = table_build(model, self.stats, self.traffic.get(slug, {}), now, previous=table)
         self._tables[slug] = table
         self._dirty.discard(slug)
         return table

@@ -8,6 +8,7 @@ so the per-request path never touches a dict of stats or creates a dataclass per
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from routing.core.catalogue import PER_MILLION, EndpointConfig, ModelConfig
@@ -31,6 +32,7 @@ class ModelTable:
 
     __slots__ = (
         "all_supports",
+        "breaker_closed_at",
         "built_at",
         "coef_const",
         "coef_in",
@@ -83,6 +85,7 @@ class ModelTable:
         self.inv_checked: list[float] = []
         self.multiplier: list[float] = []  # backoff; 0 = breaker open or flagged
         self.demoted: list[str] = []  # "" or "breaker" / "flagged"
+        self.breaker_closed_at: list[float] = []  # when each breaker last closed (-inf: never)
         self.lower: list[float] = []  # floor or probe share
         self.upper: list[float] = []  # cap bound
         self.legacy_outage: list[bool] = []  # for the price-only router
@@ -97,10 +100,29 @@ class ModelTable:
         return output_tokens / (est.ttft_s + output_tokens / est.tokens_per_s)
 
 
+def _held_fault_rate(
+    state: State, figures: ModelFigures, now: float, params: RoutingParameters
+) -> float:
+    """The fault rate with ``breaker_hold_prior`` pseudo-attempts: what keeps a breaker open."""
+    d = decay_factor(now - state.get("t", now), params.fast_half_life_s)
+    answered = max(state.get("n", 0.0) - state.get("rl", 0.0), 0.0) * d
+    weight = params.breaker_hold_prior
+    if answered + weight <= 0.0:
+        return figures.fault_rate
+    return (state.get("flt", 0.0) * d + weight * figures.fault_rate) / (answered + weight)
+
+
 def table_build(
-    model: ModelConfig, states: Mapping[str, State], traffic: State, now: float
+    model: ModelConfig,
+    states: Mapping[str, State],
+    traffic: State,
+    now: float,
+    previous: ModelTable | None = None,
 ) -> ModelTable:
-    """Precompute a model's table from its config and its endpoints' flat stats at ``now``."""
+    """Precompute a model's table from its config and its endpoints' flat stats at ``now``.
+
+    ``previous`` (the table this one replaces) carries which breakers were open (hysteresis).
+    """
     table = ModelTable(model, now)
     p = table.params
     eps = table.endpoints
@@ -118,7 +140,25 @@ def table_build(
     table.estimates = estimates
     lam = time_value(eps, estimates, figures, p)
     table.lam = lam
-    breaker = breaker_open([est.fault_rate for est in estimates], p)
+    # Hysteresis (G7): an open breaker, or one that closed within a fast half-life (half-open),
+    # is judged by the weak-prior fault rate — failing probes keep it open, and a failure soon
+    # after it closed reopens it before the endpoint's full share is back on it.
+    was_open = [False] * len(eps)
+    closed_at = [-math.inf] * len(eps)
+    probation = held = None
+    if previous is not None and [e.id for e in previous.endpoints] == [e.id for e in eps]:
+        was_open = [d == "breaker" for d in previous.demoted]
+        closed_at = previous.breaker_closed_at
+        probation = [
+            was_open[i] or now - closed_at[i] < p.fast_half_life_s for i in range(len(eps))
+        ]
+        held = [_held_fault_rate(s, figures, now, p) for s in raw]
+    breaker = breaker_open(
+        [est.fault_rate for est in estimates], p, probation=probation, held_rates=held
+    )
+    table.breaker_closed_at = [
+        now if was_open[i] and not breaker[i] else closed_at[i] for i in range(len(eps))
+    ]
     flagged = quality_flagged([est.bad_output_rate for est in estimates], p)
     model_rate = sum(est.attempt_rate for est in estimates)
     healthy = sum(1 for i, e in enumerate(eps) if not (breaker[i] or flagged[i] or e.flagged))

@@ -1,0 +1,69 @@
+"""The breaker closes on recovery, not on forgetting; a demoted endpoint is a last resort (G7).
+
+Found end to end (tests/e2e/test_routing_incident.py): an endpoint at a 35 % error rate kept
+2–5 % of the traffic instead of the floor, because its breaker closed as soon as the decayed
+evidence became too thin to outweigh the prior (a fraction of a half-life after it opened),
+took its full share again, and reopened; and because a breaker-open endpoint was drawn into
+the fallback order ahead of healthy ones.
+"""
+
+import random
+
+from routing.core import EndpointConfig, ModelConfig, Outcome, Router, RoutingRequest
+from routing.core.parameters import RoutingParameters
+
+P = RoutingParameters()
+A, B, C = (EndpointConfig(f"m@{n}", n, "m", 0.5, 0.05, 1.5, 131072, 8192) for n in ("a", "b", "c"))
+GOOD = Outcome("ok", latency_s=2.0, ttft_s=0.4, input_tokens=1000, output_tokens=100)
+FAULT = Outcome("fault", latency_s=0.5)
+
+
+def router_with_open_breaker() -> tuple[Router, float]:
+    """Healthy traffic on a, b, c for a minute, then 12 attempts on a, 6 of them faults."""
+    router = Router([ModelConfig("m", (A, B, C))])
+    t = 0.0
+    for _ in range(120):
+        for e in (A, B, C):
+            router.observe(e.id, GOOD, t)
+        t += 0.5
+    for k in range(12):
+        router.observe(A.id, FAULT if k % 2 else GOOD, t)
+        t += 0.1
+    assert router.table("m", t).demoted[0] == "breaker"
+    return router, t
+
+
+def test_it_keeps_a_breaker_open_while_nothing_shows_recovery():
+    router, t = router_with_open_breaker()
+    # Two fast half-lives without a word from a: before, it closed after about a tenth of one.
+    for step in range(1, 2 * int(P.fast_half_life_s) + 1):
+        assert router.table("m", t + step).demoted[0] == "breaker", step
+
+
+def test_it_closes_a_breaker_when_probes_answer_well_and_reopens_at_the_next_failure():
+    router, t = router_with_open_breaker()
+    for _ in range(30):
+        t += 1.0
+        router.observe(A.id, GOOD, t)
+    t += 1.0
+    assert router.table("m", t).demoted[0] == ""
+    # Half-open: one failure soon after closing reopens it, before a takes its full share.
+    router.observe(A.id, FAULT, t)
+    assert router.table("m", t + 1.0).demoted[0] == "breaker"
+
+
+def test_it_forgets_an_old_incident_and_tries_the_endpoint_again():
+    router, t = router_with_open_breaker()
+    later = t + 10 * P.fast_half_life_s
+    assert router.table("m", later).demoted[0] == ""
+
+
+def test_it_tries_a_breaker_open_endpoint_first_only_as_a_probe_and_otherwise_last():
+    router, t = router_with_open_breaker()
+    rng = random.Random(4)
+    positions = [
+        [e.provider for e in router.plan(RoutingRequest("m"), t, rng).attempts].index("a")
+        for _ in range(5000)
+    ]
+    assert set(positions) <= {0, 2}
+    assert 0 < positions.count(0) < 5000 * 3 * P.probe_share
