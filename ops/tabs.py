@@ -18,6 +18,7 @@ class Tab:
 
 TENANT_TABS: list[Tab] = [
     Tab("activity", "Activity", "ops:tenant-activity"),
+    Tab("saturation", "Saturation", "ops:tenant-saturation"),
 ]
 
 

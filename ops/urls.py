@@ -11,4 +11,9 @@ urlpatterns = [
         admin.site.admin_view(views.tenant_activity),
         name="tenant-activity",
     ),
+    path(
+        "tenants/<slug:tenant>/saturation/",
+        admin.site.admin_view(views.tenant_saturation),
+        name="tenant-saturation",
+    ),
 ]

@@ -7,11 +7,14 @@ from urllib.parse import urlencode
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils import timezone
 
 from gateway.selectors import Cursor, generation_list
 from ops.forms import ActivityFilterForm
+from ops.saturation import saturation_page
+from ops.selectors import SPANS
 from ops.tabs import tenant_tabs
-from tenants.scoping import tenant_get_visible
+from tenants.scoping import tenant_get_visible, tenant_member
 
 ACTIVITY_PAGE_SIZE = 50
 
@@ -37,3 +40,23 @@ def tenant_activity(request: HttpRequest, tenant: str) -> HttpResponse:
         else None,
     }
     return TemplateResponse(request, "ops/tenant_activity.html", context)
+
+
+def tenant_saturation(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Live bucket levels and per-interval charts of a tenant's traffic (H2, H3)."""
+    owner = tenant_get_visible(user=request.user, name=tenant)
+    span = SPANS.get(request.GET.get("span", ""), SPANS["1h"])
+    # Shared pools and other tenants' traffic are for platform staff only (A4).
+    staff = tenant_member(request.user) is None
+    page = saturation_page(tenant=owner, span=span, now=timezone.now(), staff=staff)
+    context = {
+        **admin.site.each_context(request),
+        "title": f"{owner.name}: saturation",
+        "tenant": owner,
+        "tabs": tenant_tabs(owner, active="saturation"),
+        "tab_label": "Saturation",
+        "spans": [(s, s.key == span.key) for s in SPANS.values()],
+        "page": page,
+        "staff": staff,
+    }
+    return TemplateResponse(request, "ops/tenant_saturation.html", context)

@@ -61,13 +61,23 @@ class TenantAdmin(ConfigModelAdmin):
         "is_active",
         "team_count",
         "activity",
+        "saturation",
     ]
     list_filter = ["is_active", "default_sort", ("partner", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name"]
     autocomplete_fields = ["partner"]
     list_select_related = ["partner"]
-    fields = ["name", "partner", "weight", "default_sort", "is_active", "created_at", "activity"]
-    readonly_fields = ["created_at", "activity"]
+    fields = [
+        "name",
+        "partner",
+        "weight",
+        "default_sort",
+        "is_active",
+        "created_at",
+        "activity",
+        "saturation",
+    ]
+    readonly_fields = ["created_at", "activity", "saturation"]
     inlines = [TeamInline, bucket_inline("tenant")]
     # A member sees their own tenant and may pick its default sort (G13); its name, weight
     # (its share of contended capacity, D2), state and reseller are the platform's to set.
@@ -89,6 +99,13 @@ class TenantAdmin(ConfigModelAdmin):
             return "—"
         url = reverse("ops:tenant-activity", args=[tenant.name])
         return format_html('<a href="{}">recent requests</a>', url)
+
+    @admin.display(description="saturation")
+    def saturation(self, tenant: Tenant) -> str:
+        if tenant.pk is None:
+            return "—"
+        url = reverse("ops:tenant-saturation", args=[tenant.name])
+        return format_html('<a href="{}">limits and charts</a>', url)
 
 
 # A workload class sets a request's weight and queue contract: the platform assigns it.

@@ -142,6 +142,12 @@ def test_the_tenant_admin_links_to_the_activity_page(personas: Personas) -> None
 def test_the_page_leaves_room_for_more_tabs(personas: Personas) -> None:
     page = personas.client(personas.alice).get(activity("acme"))
 
-    [tab] = page.context["tabs"]
-    assert (tab.label, tab.url, tab.active) == ("Activity", activity("acme"), True)
+    activity_tab, saturation_tab = page.context["tabs"]
+    assert (activity_tab.label, activity_tab.url, activity_tab.active) == (
+        "Activity",
+        activity("acme"),
+        True,
+    )
+    assert (saturation_tab.label, saturation_tab.active) == ("Saturation", False)
+    assert saturation_tab.url == reverse("ops:tenant-saturation", args=["acme"])
     assert 'class="ops-tabs"' in page.content.decode()
