@@ -159,11 +159,11 @@ class Reservation(models.Model):
     id = models.CharField(max_length=64, primary_key=True)  # the reservation id
     request_id = models.CharField(max_length=40, db_index=True)
     idempotency_key = models.CharField(max_length=200, blank=True, default="")
-    created_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True)
     queue_deadline = models.DateTimeField(null=True)
     # Empty for a lease reaped after its gateway died: the lease record knows only its buckets.
-    tenant_id = models.BigIntegerField(null=True, db_index=True)
+    tenant_id = models.BigIntegerField(null=True)
     app_id = models.BigIntegerField(null=True)
     api_key_id = models.BigIntegerField(null=True)
     model = models.CharField(max_length=200, blank=True, default="")
@@ -187,6 +187,9 @@ class Reservation(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tenant_id", "-created_at"], name="reservation_tenant_recent")
+        ]
 
     def __str__(self) -> str:
         return self.id
