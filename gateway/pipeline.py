@@ -106,7 +106,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         except CapacityRefused:
             if not call.may_degrade:
                 raise
-            body = await _degrade(call, snapshot, body, request)
+            body = _degrade(call, snapshot, body)
             return await _serve(call, snapshot, body, await _plan(call, snapshot, body, request))
     except RedisError:
         # The broker cannot promise capacity without its shared state: refuse, don't guess.
@@ -199,9 +199,7 @@ def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) ->
     return default
 
 
-async def _degrade(
-    call: Call, snapshot: Snapshot, body: dict[str, Any], request: HttpRequest
-) -> dict[str, Any]:
+def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, Any]:
     """E2: no capacity now for an interactive request whose class degrades: its model's
     fallback serves it instead (queueing there as usual)."""
     model = _require_model(call)
