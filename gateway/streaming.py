@@ -54,39 +54,44 @@ async def relay(
     streamed_chars = 0
     tool_calls: dict[int, dict[str, Any]] = {}
     status, reason, completed = 200, "", False
+    # Chunks of one network read go out as one write: a burst of events costs one ASGI send,
+    # and a paced stream (one event per read) is relayed as promptly as before.
+    out: list[bytes] = []
     try:
-        async for raw in response.aiter_bytes():
-            for event in parser.feed(raw):
-                for chunk in translator.feed(event):
-                    if ttft is None and _first_token(chunk):
-                        ttft = time.monotonic() - started
-                        upstream_ttft = time.monotonic() - upstream_started
-                    if chunk.get("usage") is not None and not chunk.get("choices"):
-                        if not include_usage:
-                            continue
-                        chunk["usage"]["cost"] = cost(translator.usage or Usage())
-                    streamed_chars += _collect(chunk, tool_calls)
-                    chunk["provider"] = provider
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-            if translator.done:
-                break
-        completed = translator.done
-        if not completed:
-            status, reason = 502, "upstream_stream_incomplete"
-            yield _sse_error(UpstreamError("The provider ended the stream early."))
-        yield b"data: [DONE]\n\n"
-    except StreamError as exc:
-        status, reason = 502, f"upstream_{exc.classified.outcome.value}"
-        yield _sse_error(UpstreamError(f"The provider failed mid-stream: {exc.classified.message}"))
-        yield b"data: [DONE]\n\n"
-    except httpx.TimeoutException:
-        status, reason = 504, "upstream_timeout"
-        yield _sse_error(UpstreamTimeout("The provider stopped sending."))
-        yield b"data: [DONE]\n\n"
-    except httpx.TransportError:
-        status, reason = 502, "upstream_unavailable"
-        yield _sse_error(UpstreamUnavailable("The connection to the provider broke."))
-        yield b"data: [DONE]\n\n"
+        try:
+            async for raw in response.aiter_bytes():
+                for event in parser.feed(raw):
+                    for chunk in translator.feed(event):
+                        if ttft is None and _first_token(chunk):
+                            ttft = time.monotonic() - started
+                            upstream_ttft = time.monotonic() - upstream_started
+                        if chunk.get("usage") is not None and not chunk.get("choices"):
+                            if not include_usage:
+                                continue
+                            chunk["usage"]["cost"] = cost(translator.usage or Usage())
+                        streamed_chars += _collect(chunk, tool_calls)
+                        chunk["provider"] = provider
+                        out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                if translator.done:
+                    break
+                if out:
+                    yield b"".join(out)
+                    out.clear()
+            completed = translator.done
+            if not completed:
+                status, reason = 502, "upstream_stream_incomplete"
+                out.append(_sse_error(UpstreamError("The provider ended the stream early.")))
+        except StreamError as exc:
+            status, reason = 502, f"upstream_{exc.classified.outcome.value}"
+            message = f"The provider failed mid-stream: {exc.classified.message}"
+            out.append(_sse_error(UpstreamError(message)))
+        except httpx.TimeoutException:
+            status, reason = 504, "upstream_timeout"
+            out.append(_sse_error(UpstreamTimeout("The provider stopped sending.")))
+        except httpx.TransportError:
+            status, reason = 502, "upstream_unavailable"
+            out.append(_sse_error(UpstreamUnavailable("The connection to the provider broke.")))
+        yield b"".join(out) + b"data: [DONE]\n\n"
     finally:
         await response.aclose()
         if status == 200 and not completed:
