@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.conf import settings
 
-from quotas.core.model import BucketSpec, Rule
-from quotas.core.specs import bucket_spec_build
+from quotas.core.model import BucketSpec
+from quotas.core.specs import bucket_spec_build, with_headroom
 from quotas.models import Bucket, WorkloadClass
 
 # D1: the order in which a request's buckets are checked, narrowest scope first.
@@ -67,20 +67,6 @@ def bucket_spec(bucket: Bucket) -> BucketSpec:
         factor=bucket.factor,
         shadow=bucket.shadow,
     )
-
-
-def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:
-    """A provider refill bucket as the broker should count it: less what refills in ``seconds``.
-
-    The broker's bucket drains when it grants, the provider's when the request arrives — later,
-    by a delay that varies per request. So the provider's refill runs behind ours by up to that
-    spread, and a grant made the instant our bucket holds one token can meet an empty bucket
-    there (a 429 we could have prevented). Holding back the refill of ``seconds`` absorbs it.
-    """
-    if spec.rule is not Rule.REFILL or seconds <= 0:
-        return spec
-    kept = spec.capacity - spec.capacity / spec.period * seconds
-    return replace(spec, capacity=kept) if kept >= 1 else spec
 
 
 def quota_snapshot_build() -> QuotaSnapshot:

@@ -1,12 +1,14 @@
 """A configured limit's fields → the core's ``BucketSpec`` (B1, B3), without Django.
 
 ``quotas.snapshot.bucket_spec`` feeds it a ``Bucket`` row's fields; the switchback simulation
-feeds it a parsed configuration file's ``LimitSpec``, so both see the very same buckets.
+feeds it a parsed configuration file's ``LimitSpec``, so both see the very same buckets —
+provider refill buckets then less their headroom (``with_headroom``), in both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from quotas.core.model import BucketSpec, Dimension, Rule, Window
 
@@ -58,3 +60,17 @@ def bucket_spec_build(
         factor=float(factor or 1.0),
         shadow=shadow,
     )
+
+
+def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:
+    """A provider refill bucket as the broker should count it: less what refills in ``seconds``.
+
+    The broker's bucket drains when it grants, the provider's when the request arrives — later,
+    by a delay that varies per request. So the provider's refill runs behind ours by up to that
+    spread, and a grant made the instant our bucket holds one token can meet an empty bucket
+    there (a 429 we could have prevented). Holding back the refill of ``seconds`` absorbs it.
+    """
+    if spec.rule is not Rule.REFILL or seconds <= 0:
+        return spec
+    kept = spec.capacity - spec.capacity / spec.period * seconds
+    return replace(spec, capacity=kept) if kept >= 1 else spec

@@ -62,6 +62,11 @@ Rules
     at ``max_tokens`` (or ``max_output_tokens``); hitting the cap stops with ``max_tokens``.
     Caching: prompts of at least 1024 tokens hit with probability ``cache_hit_rate``; the hit
     covers 60–95 % of the prompt in 128-token blocks (at least 1024).
+    Conversation-aware caching (``ProviderBehaviour(..., prompt_cache_ttl_s=300)``, used by the
+    switchback experiment): a request naming a ``conversation`` hits with probability
+    ``cache_hit_rate`` only if that conversation was admitted here within the TTL; the hit
+    covers its previous prompt (in 128-token blocks, at least 1024). A request may also fix its
+    natural answer length with ``CompletionRequest.output_tokens``.
     Failures: overload with probability ``overload_rate`` (at once), else a 500 with probability
     ``error_rate`` (half of them after a uniform part of the output).
     Prompt tokens: ``count_prompt_tokens(messages, tools)`` (see ``tokenizer``).

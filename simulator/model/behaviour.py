@@ -24,6 +24,9 @@ TOOL_CALL_OVERHEAD = 5  # tokens a tool call costs beyond its name and arguments
 MIN_TOKENS_PER_S = 0.5  # the lognormal tail must not stall a stream for minutes per token
 MIDWAY_FAILURE_SHARE = 0.5  # share of 500s that break a started answer rather than fail at once
 STOP_SEQUENCE_SHARE = 0.5  # share of natural ends attributed to a given stop sequence
+# Conversation-aware caching forgets conversations idle longer than the TTL; the table is swept
+# when it has doubled since the last sweep, so its upkeep stays O(1) per request.
+MIN_SWEEP_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,20 @@ class ProviderBehaviour:
     """The behaviour of one provider on a clock passed in as ``now`` (seconds).
 
     ``started_at`` anchors the market's incident offsets; ``rng`` is the only randomness.
+    ``prompt_cache_ttl_s`` turns on conversation-aware caching: a request naming a conversation
+    hits (with probability ``cache_hit_rate``) only if that conversation was served here within
+    the TTL, and the hit covers the previous prompt; requests without a conversation keep the
+    per-request rule. None (the default, and the live simulator) keeps the per-request rule.
     """
 
-    def __init__(self, spec: ProviderSpec, rng: random.Random, started_at: float) -> None:
+    def __init__(
+        self,
+        spec: ProviderSpec,
+        rng: random.Random,
+        started_at: float,
+        *,
+        prompt_cache_ttl_s: float | None = None,
+    ) -> None:
         self.spec = spec
         self.rng = rng
         self.started_at = started_at
@@ -66,6 +80,10 @@ class ProviderBehaviour:
         self._effective: dict[tuple[str, tuple[int, ...]], EffectiveModel] = {}
         self._open: set[int] = set()
         self._serial = 0
+        self.prompt_cache_ttl_s = prompt_cache_ttl_s
+        # conversation → (last admitted at, its prompt tokens then): the warm prefixes.
+        self._prefixes: dict[str, tuple[float, int]] = {}
+        self._swept_size = MIN_SWEEP_SIZE
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -197,7 +215,9 @@ class ProviderBehaviour:
     ) -> Plan:
         rng, spec = self.rng, model.spec
         cached = created = 0
-        if request.input_tokens >= MIN_CACHEABLE_TOKENS:
+        if request.conversation is not None and self.prompt_cache_ttl_s is not None:
+            cached = self._conversation_hit(now, request, spec.cache_hit_rate)
+        elif request.input_tokens >= MIN_CACHEABLE_TOKENS:
             prefix = _cache_prefix(request.input_tokens, rng.uniform(0.6, 0.95))
             if rng.random() < spec.cache_hit_rate:
                 cached = prefix
@@ -226,6 +246,25 @@ class ProviderBehaviour:
             limits=self.limits.status(now),
         )
 
+    def _conversation_hit(self, now: float, request: CompletionRequest, hit_rate: float) -> int:
+        """Cached tokens of a conversation's request: its previous prompt, if still warm here."""
+        assert request.conversation is not None and self.prompt_cache_ttl_s is not None
+        ttl = self.prompt_cache_ttl_s
+        prefixes = self._prefixes
+        previous = prefixes.get(request.conversation)
+        prefixes[request.conversation] = (now, request.input_tokens)
+        if len(prefixes) > 2 * self._swept_size:
+            for key in [k for k, (at, _) in prefixes.items() if now - at > ttl]:
+                del prefixes[key]
+            self._swept_size = max(MIN_SWEEP_SIZE, len(prefixes))
+        if previous is None or now - previous[0] > ttl:
+            return 0
+        blocks = min(previous[1], request.input_tokens) // CACHE_BLOCK_TOKENS
+        prefix = blocks * CACHE_BLOCK_TOKENS
+        if prefix < MIN_CACHEABLE_TOKENS or self.rng.random() >= hit_rate:
+            return 0
+        return prefix
+
     def _output(
         self, request: CompletionRequest, model: EffectiveModel, cap: int
     ) -> tuple[int, StopReason, str | None, ToolCall | None]:
@@ -240,7 +279,10 @@ class ProviderBehaviour:
             keep = len(call.arguments_json) * cap // needed
             truncated = ToolCall(call.name, call.arguments_json[:keep], call.malformed)
             return cap, "max_tokens", None, truncated
-        drawn = max(1, round(model.output_tokens.sample(rng)))
+        if request.output_tokens is not None:
+            drawn = max(1, request.output_tokens)
+        else:
+            drawn = max(1, round(model.output_tokens.sample(rng)))
         if drawn >= cap:
             return cap, "max_tokens", None, None
         if request.stop_sequences and rng.random() < STOP_SEQUENCE_SHARE:

@@ -27,6 +27,10 @@ class CompletionRequest:
     it only decides whether a cache miss reports ``cache_creation_input_tokens``.
     ``follows_tool_result`` says the last message is a tool's result: under ``"auto"`` the
     simulated model then answers in text, as real models mostly do, so a tool round trip ends.
+    ``conversation`` names the conversation the request continues: a behaviour built with a
+    ``prompt_cache_ttl_s`` then serves a cache hit only if that conversation's prefix is warm
+    there. ``output_tokens`` is the natural length of a text answer when the caller draws it
+    (the switchback experiment's traffic model); None draws it from the model's distribution.
     """
 
     model: str
@@ -37,3 +41,5 @@ class CompletionRequest:
     stop_sequences: tuple[str, ...] = ()
     cache_control: bool = False
     follows_tool_result: bool = False
+    conversation: str | None = None
+    output_tokens: int | None = None

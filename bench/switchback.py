@@ -1,0 +1,225 @@
+"""The G16 switchback experiment on the reference market: the acceptance run and its checks.
+
+Run: .venv/bin/python bench/switchback.py [--scale 0.25] [--aa-scale 0.25] [--light-load 0.3]
+Writes bench/results/switchback.md, and plots and result JSON under bench/results/switchback/.
+
+Three runs, each the same as a ``manage.py switchback`` command (printed in the report):
+1. the reference week (config/switchyard.yaml + config/market.yaml), new vs old router;
+2. the A/A check: the new router in both arms, every CI must contain 0;
+3. a sensitivity run: the same market with the traffic section's rates × ``--light-load``,
+   where the providers' capacity is no longer exhausted at every hour of the day.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from simulator.model import parse_market_text  # noqa: E402
+from simulator.switchback.experiment import Options, Run, experiment_run  # noqa: E402
+from simulator.switchback.report import _table, plots_write  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+OUT = RESULTS / "switchback"
+CONFIG = "config/switchyard.yaml"
+MARKET = "config/market.yaml"
+
+
+def command(config: str, market: str, scale: float, extra: str = "") -> str:
+    return (
+        f"python manage.py switchback --config {config} --market {market} --scale {scale:g}" + extra
+    )
+
+
+def run(label: str, options: Options) -> Run:
+    print(f"{label}: running ({options.market_path}, scale {options.scale:g}) …", flush=True)
+    started = time.perf_counter()
+    result = experiment_run(options)
+    print(f"{label}: {time.perf_counter() - started:.0f} s, {result.requests:,} requests")
+    return result
+
+
+def light_market(load: float) -> Path:
+    """The reference market with every traffic rate (routes and whales) × ``load``."""
+    data = yaml.safe_load((ROOT / MARKET).read_text())
+    for route in data["traffic"]["models"].values():
+        route["requests_per_minute"]["mean"] = round(route["requests_per_minute"]["mean"] * load)
+    for whale in data["traffic"].get("whales", []):
+        whale["requests_per_minute"] = round(whale["requests_per_minute"] * load)
+    path = OUT / f"market-load-{load:g}.yaml"
+    path.write_text(
+        f"# config/market.yaml with the traffic rates × {load:g} (bench/switchback.py)\n"
+        + yaml.safe_dump(data, sort_keys=False)
+    )
+    return path
+
+
+def demand_lines() -> list[str]:
+    """The reference market's demand against the gateway-side capacity, from the two files."""
+    market = parse_market_text((ROOT / MARKET).read_text())
+    assert market.traffic is not None
+    lines = [
+        "| route | requests/min (mean, peak) | input tokens/request (mean) "
+        "| input tokens/min (mean) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, route in market.traffic.models.items():
+        dist = route.input_tokens.distribution()
+        mean_in = math.exp(dist.mu + dist.sigma**2 / 2)
+        rpm = route.requests_per_minute
+        peak = rpm.mean * (1 + rpm.diurnal_amplitude)
+        lines.append(
+            f"| {name} | {rpm.mean:g}, {peak:g} | {mean_in:,.0f} | {rpm.mean * mean_in:,.0f} |"
+        )
+    return lines
+
+
+def checks(result: dict) -> list[str]:
+    """The A/A table: every change's CI, and whether it contains 0."""
+    lines = ["| scope | change | point | 95 % CI | contains 0 |", "|---|---|---:|---|---|"]
+    scopes = {"overall": result["overall"], **result["per_model"]}
+    for scope, estimate in scopes.items():
+        for name in ("ttft_change", "throughput_change", "rate_limit_change", "cost_change",
+                     "error_change"):  # fmt: skip
+            ci = estimate["ci"][name]
+            value = estimate[name]
+            inside = "n/a" if ci is None else ("yes" if ci[0] <= 0 <= ci[1] else "**no**")
+            ci_text = "n/a" if ci is None else f"[{ci[0] * 100:+.1f} %, {ci[1] * 100:+.1f} %]"
+            point = "n/a" if value is None else f"{value * 100:+.1f} %"
+            lines.append(f"| {scope} | {name} | {point} | {ci_text} | {inside} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=0.25)
+    parser.add_argument("--aa-scale", type=float, default=0.25)
+    parser.add_argument("--light-load", type=float, default=0.3)
+    parser.add_argument("--skip-aa", action="store_true")
+    parser.add_argument("--skip-light", action="store_true")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)
+
+    reference = run("reference", Options(CONFIG, MARKET, scale=args.scale))
+    (OUT / "reference.json").write_text(json.dumps(reference.result, indent=2, sort_keys=True))
+    plots = plots_write(reference, OUT, prefix="reference-")
+
+    aa = None
+    if not args.skip_aa:
+        aa = run("A/A", Options(CONFIG, MARKET, scale=args.aa_scale,
+                                arms=("routing_cost", "routing_cost")))  # fmt: skip
+        (OUT / "aa.json").write_text(json.dumps(aa.result, indent=2, sort_keys=True))
+
+    light = light_path = None
+    if not args.skip_light:
+        light_path = light_market(args.light_load)
+        light = run("light", Options(CONFIG, str(light_path.relative_to(ROOT)), scale=1.0))
+        (OUT / "light.json").write_text(json.dumps(light.result, indent=2, sort_keys=True))
+        plots += plots_write(light, OUT, prefix="light-")
+
+    write_report(args, reference, aa, light, light_path, plots)
+
+
+def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_path, plots):
+    exp = reference.result["experiment"]
+    out = [
+        "# Switchback experiment on the reference market (SPEC G16)",
+        "",
+        f"`bench/switchback.py --scale {args.scale:g} --aa-scale {args.aa_scale:g} "
+        f"--light-load {args.light_load:g}` on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}.",
+        "",
+        "## 1. Reference week: routing cost (new) vs price only (old)",
+        "",
+        "```",
+        command(
+            CONFIG,
+            MARKET,
+            args.scale,
+            " --json bench/results/switchback/reference.json --plots bench/results/switchback",
+        ),
+        "```",
+        "",
+        f"{exp['days']:g} simulated days, blocks of {exp['block_s'] / 3600:g} h with the first "
+        f"{exp['warmup_s'] / 3600:g} h discarded, {exp['pairs']} pairs in a seeded, balanced "
+        "random order "
+        f"(seed {exp['seed']}), {exp['requests']:,} logical requests at scale {exp['scale']:g}. "
+        f"**Wall time {reference.wall_s:.0f} s** ({len(reference.segments)} segments on "
+        f"{min(len(reference.segments), os.cpu_count() or 1)} processes: "
+        + ", ".join(f"{w:.0f} s" for w in reference.segment_wall_s)
+        + ").",
+        "",
+        *_table(reference.result["overall"], with_targets=True),
+        "",
+    ]
+    for model, estimate in reference.result["per_model"].items():
+        out += [f"### {model}", "", *_table(estimate, with_targets=False), ""]
+    out += [
+        f"![{Path(p).stem}]({Path(p).relative_to(RESULTS)})"
+        for p in plots
+        if "reference-" in str(p)
+    ]
+    out.append("")
+    if aa is not None:
+        out += [
+            "## 2. A/A check: the new router in both arms",
+            "",
+            "```",
+            command(CONFIG, MARKET, args.aa_scale, " --arms routing_cost,routing_cost"),
+            "```",
+            "",
+            f"Wall time {aa.wall_s:.0f} s, {aa.requests:,} requests.",
+            "",
+            *checks(aa.result),
+            "",
+        ]
+    if light is not None and light_path is not None:
+        out += [
+            f"## 3. Sensitivity: the same market at {args.light_load:g} × the traffic",
+            "",
+            "```",
+            command(CONFIG, str(light_path.relative_to(ROOT)), 1.0),
+            "```",
+            "",
+            f"Wall time {light.wall_s:.0f} s, {light.requests:,} requests.",
+            "",
+            *_table(light.result["overall"], with_targets=True),
+            "",
+        ]
+        for model, estimate in light.result["per_model"].items():
+            out += [f"### {model}", "", *_table(estimate, with_targets=False), ""]
+        out += [
+            f"![{Path(p).stem}]({Path(p).relative_to(RESULTS)})"
+            for p in plots
+            if "light-" in str(p)
+        ]
+        out.append("")
+    out += ["## Demand of the reference market", "", *demand_lines(), ""]
+    # The written findings (bench/results/switchback-notes.md) come right after the heading.
+    notes = RESULTS / "switchback-notes.md"
+    if notes.exists():
+        out[4:4] = [notes.read_text().rstrip("\n"), ""]
+    (RESULTS / "switchback.md").write_text("\n".join(out) + "\n")
+    print(f"wrote {RESULTS / 'switchback.md'}")
+
+
+if __name__ == "__main__":
+    main()

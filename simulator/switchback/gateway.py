@@ -1,0 +1,262 @@
+"""The gateway's request path on a simulated clock (SPEC C2–C7, F1–F5, G12–G14).
+
+The same steps as ``gateway.pipeline``, driving the real cores: plan with the routing core;
+admit through the broker (``admission``: a fast try per candidate, then the fair queue of the
+candidate that fits first, until the workload's deadline); dispatch to the provider behaviour
+model; reconcile or release; pause a provider after its 429 with ``Retry-After`` (F2); decide
+retries with ``quotas.core.retry.retry_decide`` within one budget; tell the router every
+outcome.
+
+Simplifications, each the same for both arms: demand is exact for input (the simulation knows
+token counts; estimation error is not under test) and ``max_tokens`` for output; one lease long
+enough for any answer replaces lease renewal; answers are streamed, so a stream broken after its
+first token is an error for the client, while failures before it are retried; a broker refusal
+is observed by the router as a 429 that took no time (``observe_broker_refusals``), which is
+what it is for the endpoint: no capacity there now.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from quotas.core.model import BucketSpec, Grant, Usage
+from quotas.core.retry import Failure, Next, retry_decide
+from quotas.store.memory import MemoryReservationStore
+from routing.core import (
+    EndpointConfig,
+    Outcome,
+    ProviderPreferences,
+    Router,
+    RoutingRequest,
+    StickyState,
+)
+from simulator.model import CompletionRequest, Plan, ProviderBehaviour, Rejection
+from simulator.switchback.admission import SimAdmission, Workload
+from simulator.switchback.loop import EventLoop
+from simulator.switchback.metrics import CAPACITY, ERROR, UNROUTABLE, Recorder
+from simulator.switchback.traffic import TOOLS, SimRequest
+
+# A refusal or an at-once failure reaches the gateway after one round trip.
+REFUSAL_LATENCY_S = 0.2
+BROKER_REFUSED = Outcome("rate_limited", latency_s=0.0)
+PROVIDER_REFUSED = Outcome("rate_limited", latency_s=REFUSAL_LATENCY_S)
+TOOL_FEATURES = frozenset({"tools", "stream"})
+NO_PREFERENCES = ProviderPreferences()
+PLAIN_FEATURES = frozenset({"stream"})
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One endpoint as the simulated gateway dispatches to it."""
+
+    endpoint: EndpointConfig
+    behaviour: ProviderBehaviour
+    upstream: str
+    buckets: tuple[BucketSpec, ...]
+    scope: str  # the provider's scope: paused after its 429s
+
+    def cost(self, input_tokens: int, cached: int, output_tokens: int) -> float:
+        e = self.endpoint
+        uncached = input_tokens - cached
+        return (
+            uncached * e.price_input
+            + cached * e.price_cached_input
+            + output_tokens * e.price_output
+        ) * 1e-6
+
+
+class SimGateway:
+    """Serves ``SimRequest``s on ``loop`` through one router, one broker and the providers."""
+
+    def __init__(
+        self,
+        *,
+        loop: EventLoop,
+        router: Router,
+        store: MemoryReservationStore,
+        routes: dict[str, Route],
+        workload: Workload,
+        recorder: Recorder,
+        rng: random.Random,
+        classify: Callable[[SimRequest], int],
+        follow_up: Callable[[SimRequest, bool], None],
+        observe_broker_refusals: bool = True,
+    ) -> None:
+        self.loop, self.router, self.store = loop, router, store
+        self.routes, self.workload, self.recorder = routes, workload, recorder
+        self.rng, self.classify, self.follow_up = rng, classify, follow_up
+        self.observe_broker_refusals = observe_broker_refusals
+        self._pinned: dict[str, ProviderPreferences] = {}
+        self.admission = SimAdmission(
+            loop=loop,
+            store=store,
+            workload=workload,
+            rng=rng,
+            granted=self._dispatch,
+            refused=lambda request: self._end(request, CAPACITY),
+            broker_refused=self._broker_refused,
+        )
+
+    # -- arrival and plan ---------------------------------------------------------------
+    def arrive(self, request: SimRequest) -> None:
+        now = self.loop.now
+        request.slot = self.classify(request)
+        conversation = request.conversation
+        prefs = NO_PREFERENCES
+        if request.pinned is not None:
+            prefs = self._pinned.setdefault(
+                request.pinned, ProviderPreferences(only=(request.pinned,))
+            )
+        plan = self.router.plan(
+            RoutingRequest(
+                request.model,
+                input_tokens=float(request.input_tokens),
+                max_tokens=request.max_tokens,
+                features=TOOL_FEATURES if request.tools else PLAIN_FEATURES,
+                provider=prefs,
+                sticky=conversation.sticky if conversation is not None else None,
+            ),
+            now,
+            self.rng,
+        )
+        routes = self.routes
+        request.candidates = [routes[e.id] for e in plan.attempts]
+        if not request.candidates:
+            self._end(request, UNROUTABLE)
+            return
+        self.admission.admit(request)
+
+    def _broker_refused(self, request: SimRequest, route: Route) -> None:
+        request.broker_refusals += 1
+        if self.observe_broker_refusals:
+            self.router.observe(route.endpoint.id, BROKER_REFUSED, self.loop.now)
+
+    # -- dispatch and answer ------------------------------------------------------------
+    def _dispatch(self, request: SimRequest, route: Route, grant: Grant | None) -> None:
+        now = self.loop.now
+        request.attempts += 1
+        request.candidates.remove(route)
+        self.admission.dispatched(grant, route)
+        conversation = request.conversation
+        outcome = route.behaviour.admit(
+            now,
+            CompletionRequest(
+                route.upstream,
+                request.input_tokens,
+                max_tokens=request.max_tokens,
+                tools=TOOLS if request.tools else (),
+                follows_tool_result=request.follows_tool_result,
+                conversation=conversation.id if conversation is not None else None,
+                output_tokens=request.output_tokens,
+            ),
+        )
+        if isinstance(outcome, Rejection):
+            at = now + REFUSAL_LATENCY_S
+            self.loop.schedule(at, self._refused, (request, route, outcome, grant))
+            return
+        self.admission.observe_headers(route, outcome.limits)
+        at = now + (REFUSAL_LATENCY_S if outcome.fails_at_once else outcome.duration_s)
+        self.loop.schedule(at, self._answered, (request, route, grant, outcome, now))
+
+    def _refused(self, args: tuple[SimRequest, Route, Rejection, Grant | None]) -> None:
+        request, route, rejection, grant = args
+        now = self.loop.now
+        self.admission.settle(route, grant, None)  # release first, as the pipeline does
+        if rejection.status != 429:  # 400/404: the request cannot be served there
+            self._retry(request, route, Failure.REQUEST_ERROR, None)
+            return
+        self.router.observe(route.endpoint.id, PROVIDER_REFUSED, now)
+        request.provider_429 += 1
+        retry_after = rejection.retry_after_header
+        if retry_after is not None:
+            self.admission.pause(route, float(retry_after))
+        failure = Failure.CAPACITY if rejection.retryable else Failure.POLICY
+        self._retry(request, route, failure, float(retry_after) if retry_after else None)
+
+    def _answered(self, args: tuple[SimRequest, Route, Grant | None, Plan, float]) -> None:
+        request, route, grant, plan, started = args
+        now = self.loop.now
+        sent = plan.tokens_to_send
+        route.behaviour.finish(now, plan, sent)
+        endpoint_id = route.endpoint.id
+        if plan.failure is not None:
+            self.admission.settle(route, grant, None)
+            self.router.observe(endpoint_id, Outcome("fault", latency_s=now - started), now)
+            if plan.fails_at_once:
+                kind = (
+                    Failure.OVERLOAD if plan.failure.kind == "overload" else Failure.PROVIDER_ERROR
+                )
+                self._retry(request, route, kind, None)
+            else:  # the stream had started: the client saw the break
+                self._end(request, ERROR)
+            return
+        cached = plan.cached_input_tokens
+        cost = route.cost(plan.input_tokens, cached, sent)
+        actual = Usage(1.0, float(plan.input_tokens), float(sent), cost, 1.0)
+        self.admission.settle(route, grant, actual)
+        tool_call = plan.tool_call is not None
+        malformed = tool_call and plan.tool_call.malformed  # type: ignore[union-attr]
+        self.router.observe(
+            endpoint_id,
+            Outcome(
+                "ok",
+                latency_s=now - started,
+                ttft_s=plan.ttft_s,
+                input_tokens=plan.input_tokens,
+                cached_input_tokens=cached,
+                output_tokens=sent,
+                output_checked=tool_call,
+                output_bad=malformed,
+            ),
+            now,
+        )
+        conversation = request.conversation
+        if conversation is not None:
+            conversation.sticky = StickyState(endpoint_id, started, float(plan.input_tokens + sent))
+        self.recorder.success(
+            request,
+            endpoint=endpoint_id,
+            now=now,
+            ttft=started + plan.ttft_s - request.arrival,
+            output_tokens=sent,
+            cached_input_tokens=cached,
+            cost=cost,
+            tool_call=tool_call,
+            malformed=malformed,
+        )
+        self.follow_up(request, tool_call)
+
+    # -- retries (F1–F5, G14) -----------------------------------------------------------
+    def _retry(
+        self, request: SimRequest, route: Route, failure: Failure, retry_after: float | None
+    ) -> None:
+        now = self.loop.now
+        decision = retry_decide(
+            failure,
+            retries_used=request.attempts - 1,
+            retry_budget=self.workload.retry_budget,
+            retry_after=retry_after,
+            now=now,
+            deadline=request.arrival + self.workload.deadline_s,
+            expected_attempt_seconds=REFUSAL_LATENCY_S,
+            fallback_allowed=True,
+            endpoints_left=len(request.candidates),
+            rng=self.rng,
+        )
+        if decision.next is Next.GIVE_UP:
+            capacity = failure in (Failure.CAPACITY, Failure.POLICY)
+            self._end(request, CAPACITY if capacity else ERROR)
+        elif decision.next is Next.NEXT_ENDPOINT:
+            self.admission.admit(request)
+        else:
+            request.candidates.append(route)
+            self.loop.schedule(now + decision.delay, self._readmit, request)
+
+    def _readmit(self, request: SimRequest) -> None:
+        self.admission.admit(request)
+
+    def _end(self, request: SimRequest, kind: str) -> None:
+        self.recorder.end(request, kind)
+        self.follow_up(request, False)

@@ -1,0 +1,135 @@
+"""What the experiment measures, per block and route: sums and counts, recorded as requests end.
+
+Definitions (every one per *logical* request — a client's request, whatever it took to serve):
+
+- ``ttft``: arrival at the gateway → first token of the answer that was served; waits for
+  capacity, refused and failed attempts before it are included. Successful requests only.
+- ``throughput``: output tokens ÷ (end of the answer − arrival), end to end (G4). Successful
+  requests only; the block's value is the mean over them.
+- ``rate_limited``: every capacity refusal the router met: provider 429 answers, plus each
+  candidate the broker refused on its fast try during an admission pass (the router had to move
+  on to another endpoint, wait in a queue, or give up). Waiting in the fair queue adds no count;
+  a refusal by the queue ends the request as a capacity failure. The rate is refusals ÷ logical
+  requests.
+- ``errors``: requests that ended with a provider error (5xx / overload after the retry budget,
+  or a stream broken after its first token). ``capacity_failures``: requests refused to the
+  client because no candidate had capacity before the deadline (the queue's refusal: deadline,
+  deadline unreachable, queue or flow full), or because 429s used up the retry budget.
+- ``cost``: what the provider charged for the served answer (uncached input, cached input at
+  the cached price, output), per successful request. Refused and failed attempts cost nothing.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.switchback.traffic import SimRequest
+
+SUCCESS, ERROR, CAPACITY, UNROUTABLE = "ok", "error", "capacity", "unroutable"
+
+
+@dataclass(slots=True)
+class SlotStats:
+    """One block × route: sums and counts of the measured requests that arrived in it."""
+
+    requests: int = 0
+    served: int = 0
+    errors: int = 0
+    capacity_failures: int = 0
+    unroutable: int = 0
+    provider_429: int = 0
+    broker_refusals: int = 0
+    attempts: int = 0
+    ttft_sum: float = 0.0
+    throughput_sum: float = 0.0
+    cost_sum: float = 0.0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    malformed_tool_calls: int = 0
+    ttfts: array[float] = field(default_factory=lambda: array("d"))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__slots__ if name != "ttfts"}
+        out["ttft_p50"] = median(self.ttfts)
+        return out
+
+
+def median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+class Recorder:
+    """Per-block, per-route measurements and a time series of where answers were served.
+
+    ``slot_of(request)`` says which slot a request counts in (-1: not measured — warm-up,
+    outside the segment's own blocks, or pinned by the client).
+    """
+
+    def __init__(
+        self, *, routes: list[str], endpoints: list[str], slots: int, origin: float, bin_s: float
+    ) -> None:
+        self.routes = routes
+        self.route_index = {name: i for i, name in enumerate(routes)}
+        self.endpoint_index = {name: i for i, name in enumerate(endpoints)}
+        self.slots = [SlotStats() for _ in range(slots)]
+        self.origin, self.bin_s = origin, bin_s
+        self.shares: dict[tuple[int, int], int] = {}  # (time bin, endpoint) → answers served
+
+    def end(self, request: SimRequest, kind: str) -> None:
+        """A request ended without an answer."""
+        if request.slot < 0:
+            return
+        stats = self.slots[request.slot]
+        _count(stats, request)
+        if kind == ERROR:
+            stats.errors += 1
+        elif kind == CAPACITY:
+            stats.capacity_failures += 1
+        else:
+            stats.unroutable += 1
+
+    def success(
+        self,
+        request: SimRequest,
+        *,
+        endpoint: str,
+        now: float,
+        ttft: float,
+        output_tokens: int,
+        cached_input_tokens: int,
+        cost: float,
+        tool_call: bool,
+        malformed: bool,
+    ) -> None:
+        key = (int((now - self.origin) // self.bin_s), self.endpoint_index[endpoint])
+        self.shares[key] = self.shares.get(key, 0) + 1
+        if request.slot < 0:
+            return
+        stats = self.slots[request.slot]
+        _count(stats, request)
+        stats.served += 1
+        stats.ttft_sum += ttft
+        stats.ttfts.append(ttft)
+        stats.throughput_sum += output_tokens / (now - request.arrival)
+        stats.cost_sum += cost
+        stats.input_tokens += request.input_tokens
+        stats.cached_input_tokens += cached_input_tokens
+        stats.output_tokens += output_tokens
+        stats.tool_calls += tool_call
+        stats.malformed_tool_calls += malformed
+
+
+def _count(stats: SlotStats, request: SimRequest) -> None:
+    stats.requests += 1
+    stats.provider_429 += request.provider_429
+    stats.broker_refusals += request.broker_refusals
+    stats.attempts += request.attempts
