@@ -35,6 +35,8 @@ from quotas.core.windows import Boundaries, BoundaryCache
 
 # Rules whose lost state cannot be rebuilt from the clock: refused while learning.
 LEARNING_RULES = (Rule.FIXED_WINDOW, Rule.ROLLING_WINDOW, Rule.CONCURRENCY)
+# Specs whose key and numbers a book keeps at most (more: it starts over).
+DERIVED_KEPT = 4096
 
 
 @dataclass(slots=True)
@@ -59,13 +61,50 @@ def resolve(spec: BucketSpec, x: Boundaries) -> Resolved:
     return Resolved(spec.rule, spec.capacity, spec.period, x, spec.shadow)
 
 
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """What every call needs from one spec: its state key and its numbers (``Resolved``).
+
+    A simulation reserves on the same few specs millions of times; rebuilding the key and the
+    numbers on each call was much of its time. ``spec`` is held so that the id this is cached
+    under cannot be reused by another object while it is cached.
+    """
+
+    spec: BucketSpec
+    key: str
+    resolved: Resolved
+    # The numbers hold for ``valid_from <= now < valid_until``: always, except a fixed window's
+    # boundaries, which hold within the current window.
+    valid_from: float
+    valid_until: float
+    ceiling: float  # a larger amount never fits: the capacity (a ramp's is a floor: none)
+    learns: bool  # refused while the store is learning (``LEARNING_RULES``)
+    short: Reason  # why an amount that does not fit now is refused
+
+
+def derive(prefix: str, spec: BucketSpec, x: Boundaries) -> Derived:
+    """``spec``'s key and its numbers for the rule numbers ``x`` (see ``BoundaryCache``)."""
+    valid = (x[1], x[2]) if spec.rule is Rule.FIXED_WINDOW else (-INF, INF)
+    ramp = spec.rule is Rule.RAMP
+    return Derived(
+        spec,
+        bucket_key(prefix, spec),
+        resolve(spec, x),
+        *valid,
+        ceiling=INF if ramp else spec.capacity,
+        learns=spec.rule in LEARNING_RULES,
+        short=Reason.RAMP_LIMITED if ramp else Reason.BUCKET_EXHAUSTED,
+    )
+
+
 def demand_parts(buckets: Sequence[BucketSpec], demand: Usage) -> list[tuple[BucketSpec, float]]:
     """Each bucket with its amount from the demand; buckets stay in the caller's (D1) order."""
-    seen: set[tuple[str, str]] = set()
-    for spec in buckets:
-        if (spec.scope, spec.name) in seen:
-            raise ValueError(f"bucket {spec.name} appears twice in one reservation")
-        seen.add((spec.scope, spec.name))
+    if len({(spec.scope, spec.name) for spec in buckets}) < len(buckets):
+        seen: set[tuple[str, str]] = set()
+        for spec in buckets:
+            if (spec.scope, spec.name) in seen:
+                raise ValueError(f"bucket {spec.name} appears twice in one reservation")
+            seen.add((spec.scope, spec.name))
     if not buckets:
         raise ValueError("a reservation needs at least one bucket")
     return [(spec, demand.amount(spec.dimension)) for spec in buckets]
@@ -82,13 +121,17 @@ def decide(
 ) -> tuple[Refusal | None, tuple[BucketRefusal, ...]]:
     """All or nothing: the first refusing live bucket (D1 order) names the refusal; an
     unsatisfiable bucket wins, since waiting cannot help. Shadow refusals are information."""
-    live = [BucketRefusal(s.name, r, t) for s, r, t in checks if r is not None and not s.shadow]
-    shadow = tuple(BucketRefusal(s.name, r, t) for s, r, t in checks if r is not None and s.shadow)
+    live: list[BucketRefusal] = []
+    shadows: list[BucketRefusal] = []
+    for spec, reason, retry_at in checks:
+        if reason is not None:
+            (shadows if spec.shadow else live).append(BucketRefusal(spec.name, reason, retry_at))
+    shadow = tuple(shadows)
     if not live:
         return None, shadow
-    unsatisfiable = [r for r in live if r.reason is Reason.UNSATISFIABLE]
-    first = unsatisfiable[0] if unsatisfiable else live[0]
-    retry_at = INF if unsatisfiable else max(r.retry_at for r in live)
+    unsatisfiable = next((r for r in live if r.reason is Reason.UNSATISFIABLE), None)
+    first = live[0] if unsatisfiable is None else unsatisfiable
+    retry_at = INF if unsatisfiable is not None else max(r.retry_at for r in live)
     refusal = Refusal(
         reservation_id, now, first.bucket, first.reason, retry_at, tuple(live), shadow
     )
@@ -118,6 +161,7 @@ class Book:
         self._records: dict[str, Record] = {}
         self._index: dict[str, float] = {}
         self._bounds = BoundaryCache()
+        self._derived: dict[int, Derived] = {}  # id(spec) → its key and numbers
 
     # -- the store's life ---------------------------------------------------------------
     def lose_state(self) -> None:
@@ -140,15 +184,23 @@ class Book:
             return None
         return rec
 
-    def _view(self, spec: BucketSpec, r: Resolved, now: float) -> arith.View:
-        key = bucket_key(self.prefix, spec)
+    def _derive(self, spec: BucketSpec, now: float) -> Derived:
+        """``spec``'s key and its numbers at ``now``, reused while they hold."""
+        d = self._derived.get(id(spec))
+        if d is None or d.spec is not spec or not d.valid_from <= now < d.valid_until:
+            d = derive(self.prefix, spec, self._bounds.numbers(spec, now))
+            if len(self._derived) >= DERIVED_KEPT:
+                self._derived.clear()
+            self._derived[id(spec)] = d
+        return d
+
+    def _view(self, key: str, r: Resolved, now: float) -> arith.View:
         v = arith.view(self._states.get(key), r, now, self.born, self.expire_limit)
         if v.state is None:
             self._states.pop(key, None)
         return v
 
-    def _write(self, spec: BucketSpec, state: State | None) -> None:
-        key = bucket_key(self.prefix, spec)
+    def _write(self, key: str, state: State | None) -> None:
         if state is None:
             self._states.pop(key, None)
         else:
@@ -170,6 +222,17 @@ class Book:
     ) -> Grant | Refusal:
         """Take ``demand`` from every bucket or from none (C4); the same id twice → same grant."""
         parts = demand_parts(buckets, demand)
+        return self.reserve_parts(reservation_id, parts, now=now, lease_seconds=lease_seconds)
+
+    def reserve_parts(
+        self,
+        reservation_id: str,
+        parts: Sequence[tuple[BucketSpec, float]],
+        *,
+        now: float,
+        lease_seconds: float,
+    ) -> Grant | Refusal:
+        """``reserve`` with the parts ``demand_parts`` made (a queue keeps them per waiter)."""
         self._epoch(now)
         rkey = record_key(self.prefix, parts[0][0].scope, reservation_id)
         rec = self._record(rkey, now)
@@ -177,51 +240,48 @@ class Book:
             return self._replay(rec, now)
         learning = now < self.learning_until
         checks: list[tuple[BucketSpec, Reason | None, float]] = []
-        views: list[tuple[Resolved, arith.View | None]] = []
+        views: list[tuple[Derived, arith.View | None]] = []
+        refused = False
         for spec, amount in parts:
-            x = self._bounds.numbers(spec, now)
-            r = resolve(spec, x)
+            d = self._derive(spec, now)
             reason: Reason | None = None
             retry = now
             v: arith.View | None = None
             paused = self.paused_until(spec.scope, now)
-            if spec.rule is not Rule.RAMP and amount > spec.capacity:
+            if amount > d.ceiling:
                 reason, retry = Reason.UNSATISFIABLE, INF
             elif paused > now:
                 reason, retry = Reason.PAUSED, paused
-            elif learning and spec.rule in LEARNING_RULES:
+            elif learning and d.learns:
                 reason, retry = Reason.RECOVERING, self.learning_until
             else:
-                v = self._view(spec, r, now)
+                v = self._view(d.key, d.resolved, now)
                 if amount > v.available:
-                    reason = (
-                        Reason.RAMP_LIMITED if spec.rule is Rule.RAMP else Reason.BUCKET_EXHAUSTED
-                    )
-                    retry = arith.fit_time(v, r, now, amount)
+                    reason, retry = d.short, arith.fit_time(v, d.resolved, now, amount)
+            refused = refused or reason is not None
             checks.append((spec, reason, retry))
-            views.append((r, v))
-        refusal, shadow = decide(reservation_id, now, checks)
-        if refusal is not None:
-            return refusal
+            views.append((d, v))
+        shadow: tuple[BucketRefusal, ...] = ()
+        if refused:
+            refusal, shadow = decide(reservation_id, now, checks)
+            if refusal is not None:
+                return refusal
         expires = now + lease_seconds
-        granted: list[RecordPart] = []
-        remaining: list[float] = []
-        for (spec, amount), (r, v), (_, reason, _) in zip(parts, views, checks, strict=True):
-            if reason is not None or v is None:
-                granted.append(RecordPart(spec, 0.0, 0.0, True))
-                remaining.append(v.available if v is not None else 0.0)
+        kept: list[RecordPart] = []
+        given: list[GrantPart] = []
+        for (spec, amount), (d, v), (_, reason, _) in zip(parts, views, checks, strict=True):
+            if reason is not None or v is None:  # a shadow bucket that would have refused
+                left = v.available if v is not None else 0.0
+                kept.append(RecordPart(spec, 0.0, 0.0, True))
+                given.append(GrantPart(spec, 0.0, 0.0, True, left))
                 continue
-            state, marker = arith.take(v, r, now, amount, reservation_id, expires)
-            self._write(spec, state)
-            granted.append(RecordPart(spec, amount, marker, False))
-            remaining.append(v.available - amount)
-        self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", granted)
+            state, marker = arith.take(v, d.resolved, now, amount, reservation_id, expires)
+            self._write(d.key, state)
+            kept.append(RecordPart(spec, amount, marker, False))
+            given.append(GrantPart(spec, amount, marker, False, v.available - amount))
+        self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", kept)
         self._index[rkey] = expires
-        given = tuple(
-            GrantPart(p.spec, p.amount, p.marker, p.skipped, left)
-            for p, left in zip(granted, remaining, strict=True)
-        )
-        return Grant(reservation_id, now, expires, given, shadow)
+        return Grant(reservation_id, now, expires, tuple(given), shadow)
 
     def _replay(self, rec: Record, now: float) -> Grant:
         state = "expired" if rec.state == "active" and rec.expires <= now else rec.state
@@ -253,9 +313,9 @@ class Book:
                 settlements.append(Settlement(spec.name, 0.0, a, 0.0, 0.0))
                 continue
             # Boundaries around the settle time: a window that rolled since is still found.
-            r = resolve(spec, self._bounds.numbers(spec, now))
-            v = self._view(spec, r, now)
-            self._write(spec, arith.settle(v, r, now, p.amount, a, p.marker, rid))
+            d = self._derive(spec, now)
+            v = self._view(d.key, d.resolved, now)
+            self._write(d.key, arith.settle(v, d.resolved, now, p.amount, a, p.marker, rid))
             released, charged = max(0.0, p.amount - a), max(0.0, a - p.amount)
             settlements.append(Settlement(spec.name, p.amount, a, released, charged))
         rec.state = "released" if actual is None else "reconciled"
@@ -302,7 +362,7 @@ class Book:
             if p.spec.rule is Rule.CONCURRENCY and not p.skipped:
                 st = self._states.get(bucket_key(self.prefix, p.spec))
                 if isinstance(st, arith.ConcurrencyState) and rid in st.holders:
-                    st.holders[rid] = (st.holders[rid][0], expires)
+                    st.hold(rid, st.holders[rid][0], expires)
         self._index[rkey] = expires
         return RenewResult(rid, Outcome.RENEWED, expires)
 
@@ -334,26 +394,27 @@ class Book:
     def observe(self, spec: BucketSpec, *, remaining: float, reset_at: float, now: float) -> float:
         """Lower a bucket to what the provider reports (C12); returns what is available."""
         self._epoch(now)
-        r = resolve(spec, self._bounds.numbers(spec, now))
-        v = self._view(spec, r, now)
-        self._write(spec, arith.observe(v, r, now, remaining, reset_at))
-        return self._view(spec, r, now).available
+        d = self._derive(spec, now)
+        v = self._view(d.key, d.resolved, now)
+        self._write(d.key, arith.observe(v, d.resolved, now, remaining, reset_at))
+        return self._view(d.key, d.resolved, now).available
 
     def charge(self, parts: Sequence[tuple[BucketSpec, float]], *, now: float) -> None:
         """Charge usage that bypassed reservation (e.g. a ledger replay after a restart)."""
         self._epoch(now)
         for spec, amount in parts:
-            r = resolve(spec, self._bounds.numbers(spec, now))
-            v = self._view(spec, r, now)
-            self._write(spec, arith.settle(v, r, now, 0.0, amount, arith.NO_MARKER, ""))
+            d = self._derive(spec, now)
+            v = self._view(d.key, d.resolved, now)
+            self._write(d.key, arith.settle(v, d.resolved, now, 0.0, amount, arith.NO_MARKER, ""))
 
     def levels(self, buckets: Sequence[BucketSpec], *, now: float) -> list[BucketLevel]:
         """Available capacity and the time each bucket is full again (for H1 metadata)."""
         self._epoch(now)
         out: list[BucketLevel] = []
         for spec in buckets:
-            r = resolve(spec, self._bounds.numbers(spec, now))
-            v = self._view(spec, r, now)
+            d = self._derive(spec, now)
+            r = d.resolved
+            v = self._view(d.key, r, now)
             if spec.rule is Rule.RAMP:
                 full_at = now if v.b == 0 else (v.a + 1) * spec.period
             else:

@@ -62,12 +62,23 @@ class RollingState:
 class ConcurrencyState:
     held: float
     holders: dict[str, tuple[float, float]] = field(default_factory=dict)  # id → (amount, expiry)
+    # No holder's lease ends before this (kept by ``hold``): while ``now`` is earlier, ``view``
+    # knows nothing expired without sorting the holders, which it would do on every call.
+    soonest: float = field(default=INF, init=False)
 
-    def by_expiry(self) -> list[tuple[str, float, float]]:
+    def __post_init__(self) -> None:
+        self.soonest = min((expiry for _, expiry in self.holders.values()), default=INF)
+
+    def hold(self, holder: str, amount: float, expiry: float) -> None:
+        """Register ``holder`` (or move its expiry) without touching ``held``."""
+        self.holders[holder] = (amount, expiry)
+        self.soonest = min(self.soonest, expiry)
+
+    def by_expiry(self) -> list[tuple[float, str, float]]:
+        """(expiry, id, amount) rows, soonest first."""
         # Redis orders a sorted set by score, then by member bytes; str order matches for UTF-8.
-        rows = [(hid, amount, expiry) for hid, (amount, expiry) in self.holders.items()]
-        rows.sort(key=lambda row: (row[2], row[0]))
-        return rows
+        # Ids are unique, so the amount never decides the order.
+        return sorted((expiry, hid, amount) for hid, (amount, expiry) in self.holders.items())
 
 
 @dataclass(slots=True)
@@ -148,12 +159,13 @@ def view(st: State | None, r: Resolved, now: float, born: float, expire_limit: i
         return View(st, r.capacity - total, a=float(k_now))
     if r.rule is Rule.CONCURRENCY:
         assert st is None or isinstance(st, ConcurrencyState)
-        if st is not None:
-            for hid, amount, expiry in st.by_expiry()[:expire_limit]:
+        if st is not None and st.soonest <= now:
+            for expiry, hid, amount in st.by_expiry()[:expire_limit]:
                 if expiry > now:
                     break
                 del st.holders[hid]
                 st.held = st.held - amount
+            st.soonest = min((expiry for _, expiry in st.holders.values()), default=INF)
         held = st.held if st is not None else 0.0
         return View(st, r.capacity - held)
     assert st is None or isinstance(st, RampState)
@@ -193,7 +205,7 @@ def fit_time(v: View, r: Resolved, now: float, amount: float) -> float:
             return now
         need = amount - v.available
         freed = 0.0
-        for _, held, expiry in st.by_expiry()[:HOLDER_SCAN]:
+        for expiry, _, held in st.by_expiry()[:HOLDER_SCAN]:
             freed = freed + held
             if freed >= need:
                 return max(now, expiry)
@@ -219,7 +231,7 @@ def take(
         if st is None:
             st = ConcurrencyState(0.0)
         st.held = st.held + amount
-        st.holders[holder] = (amount, expiry)
+        st.hold(holder, amount, expiry)
         return st, 0.0
     return RampState(int(v.a), v.b + amount, v.c), v.a
 
@@ -311,5 +323,5 @@ def adopt(st: State | None, amount: float, holder: str, expiry: float) -> Concur
         st = ConcurrencyState(0.0)
     if holder not in st.holders:
         st.held = st.held + amount
-    st.holders[holder] = (amount, expiry)
+    st.hold(holder, amount, expiry)
     return st

@@ -103,6 +103,12 @@ class BucketSpec:
             raise ValueError(f"{self.name}: a ramp needs a positive factor")
 
 
+# The ``Usage`` field of each dimension ("" for total tokens, a sum), looked up in a dict:
+# reading ``Dimension.value`` goes through the enum's descriptor, and an amount is read for
+# every bucket of every reservation.
+USAGE_FIELDS = {d: "" if d is Dimension.TOTAL_TOKENS else d.value for d in Dimension}
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Demand (estimated) or usage (actual) of one request, per dimension (C2, C6)."""
@@ -114,9 +120,10 @@ class Usage:
     concurrency: float = 1.0
 
     def amount(self, dimension: Dimension) -> float:
-        if dimension is Dimension.TOTAL_TOKENS:
+        field_name = USAGE_FIELDS[dimension]
+        if not field_name:  # total tokens: no field of its own
             return float(self.input_tokens + self.output_tokens)
-        return float(getattr(self, dimension.value))
+        return float(getattr(self, field_name))
 
 
 NOTHING = Usage(requests=0.0, concurrency=0.0)

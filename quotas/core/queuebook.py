@@ -47,9 +47,17 @@ from quotas.core.model import (
 
 # How long a verdict stays readable by ``leave`` after the pump decided it, beyond the lease.
 VERDICT_SECONDS = 60.0
+# A pool's verdicts are pruned of expired ones once they are more than this many.
+VERDICTS_KEPT = 4096
+# Bucket tuples whose sides a queue book remembers at most (more: it starts over).
+SIDES_KEPT = 4096
+# (pool, id of a bucket tuple) → (that tuple, its sides): see ``QueueBook._sides``.
+SidesKept = dict[tuple[str, int], tuple[tuple[BucketSpec, ...], tuple[Side, ...]]]
 
 
-@dataclass(slots=True)
+# Compared by identity: a pool holds one entry per reservation id, so ``flow.remove(entry)``
+# finds the same object without comparing every field of every waiter before it.
+@dataclass(slots=True, eq=False)
 class Entry:
     reservation_id: str
     flow: str
@@ -62,9 +70,23 @@ class Entry:
     deadline: float
     lease: float
     mailbox: str
+    # ``demand_parts(buckets, demand)``, and the rules below: made once, while the pump may try
+    # a waiter many times.
+    parts: list[tuple[BucketSpec, float]]
+    _rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
+    _pool_rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
 
     def rules(self, *, pool_only: bool = False) -> dict[str, Rule]:
-        """Rule by bucket name (of the pool's buckets only, if asked)."""
+        """Rule by bucket name (of the pool's buckets only, if asked); do not modify it."""
+        if pool_only:
+            if self._pool_rules is None:
+                self._pool_rules = self._rules_of(pool_only=True)
+            return self._pool_rules
+        if self._rules is None:
+            self._rules = self._rules_of(pool_only=False)
+        return self._rules
+
+    def _rules_of(self, *, pool_only: bool) -> dict[str, Rule]:
         sides = zip(self.buckets, self.sides, strict=True)
         return {b.name: b.rule for b, side in sides if side is Side.POOL or not pool_only}
 
@@ -83,6 +105,7 @@ class PoolQueue:
     deadlines: list[tuple[float, str]] = field(default_factory=list)  # heap, lazily cleaned
     parked: dict[str, float] = field(default_factory=dict)  # flow held by its own limit → until
     verdicts: dict[str, tuple[Verdict, float]] = field(default_factory=dict)  # id → (v, until)
+    verdicts_prune_at: int = VERDICTS_KEPT  # prune when ``verdicts`` grows past this
 
     def retry_hint(self, now: float) -> float:
         """When to tell a refused client to come back: the pool's last known next fit."""
@@ -96,9 +119,27 @@ class QueueBook:
         self.book = book
         self.pools: dict[str, PoolQueue] = {}
         self.mailboxes: dict[str, list[tuple[str, Verdict]]] = {}
+        self._sides_kept: SidesKept = {}
 
     def _pool(self, pool: str) -> PoolQueue:
-        return self.pools.setdefault(pool, PoolQueue())
+        pq = self.pools.get(pool)
+        if pq is None:  # not setdefault: that would build a PoolQueue on every call
+            pq = self.pools[pool] = PoolQueue()
+        return pq
+
+    def _sides(self, buckets: Sequence[BucketSpec], pool: str) -> tuple[Side, ...]:
+        """``bucket_sides``, remembered per bucket tuple: a route's tuple comes with every
+        request, and working the sides out again for each was a noticeable cost."""
+        if not isinstance(buckets, tuple):  # a list may change: nothing to remember it by
+            return bucket_sides(buckets, pool)
+        key = (pool, id(buckets))
+        kept = self._sides_kept.get(key)
+        if kept is None or kept[0] is not buckets:  # held, so its id is not reused meanwhile
+            kept = (buckets, bucket_sides(buckets, pool))
+            if len(self._sides_kept) >= SIDES_KEPT:
+                self._sides_kept.clear()
+            self._sides_kept[key] = kept
+        return kept[1]
 
     def take_mail(self, mailbox: str) -> list[tuple[str, Verdict]]:
         """The verdicts the pump pushed for ``mailbox``'s waiters, oldest first."""
@@ -140,18 +181,19 @@ class QueueBook:
             flow,
             tuple(buckets),
             demand,
-            bucket_sides(buckets, pool),
+            self._sides(buckets, pool),
             float(weight),
             request_cost(demand),
             float(burst),
             float(deadline),
             float(lease_seconds),
             mailbox,
+            parts,
         )
         no_wait = max_depth <= 0 or flow_depth <= 0
         if not pq.entries:
-            result = self.book.reserve(
-                reservation_id, buckets, demand, now=now, lease_seconds=lease_seconds
+            result = self.book.reserve_parts(
+                reservation_id, parts, now=now, lease_seconds=lease_seconds
             )
             if isinstance(result, Grant):
                 self._account(pq, entry, self._start(pq, entry))
@@ -213,12 +255,15 @@ class QueueBook:
     ) -> tuple[Pumped, Verdict | None]:
         mine: Verdict | None = None
         refused = 0
-        for _ in range(SWEEP_LIMIT):
-            due = self._next_due(pq, now)
-            if due is None:
-                break
-            self._drop(pq, due, self._refuse(pq, due, QueueReason.DEADLINE, now), now)
-            refused += 1
+        # Every waiter's deadline is in the heap (among stale ones): if its top is not due,
+        # nobody is, and the sweep can be skipped.
+        if pq.deadlines and pq.deadlines[0][0] <= now:
+            for _ in range(SWEEP_LIMIT):
+                due = self._next_due(pq, now)
+                if due is None:
+                    break
+                self._drop(pq, due, self._refuse(pq, due, QueueReason.DEADLINE, now), now)
+                refused += 1
         self._unpark(pq, now)
         blocked: set[tuple[str, str]] = set()
         skipped: set[str] = set()  # flows whose head was passed over this call
@@ -237,13 +282,11 @@ class QueueBook:
                 refused += 1
                 mine = verdict if rid == newcomer else mine
                 continue
-            if any((b.scope, b.name) in blocked for b in entry.buckets):
+            if blocked and any((b.scope, b.name) in blocked for b in entry.buckets):
                 skipped.add(entry.flow)
                 offset += 1
                 continue
-            result = self.book.reserve(
-                rid, entry.buckets, entry.demand, now=now, lease_seconds=entry.lease
-            )
+            result = self.book.reserve_parts(rid, entry.parts, now=now, lease_seconds=entry.lease)
             if isinstance(result, Grant):
                 self._grant(pq, entry, s, result, now, notify=rid != newcomer)
                 granted += 1
@@ -291,6 +334,8 @@ class QueueBook:
         """The pool cannot fit the line's head before ``floor``, and nobody behind the head can
         pass it: tell those whose deadline comes first now. Flows passed over for their own
         limits are ahead of the head and might still fit sooner: they keep waiting."""
+        if not pq.deadlines or pq.deadlines[0][0] >= floor:
+            return 0, None  # every waiter's deadline is in the heap: none comes before floor
         doomed = sorted((e.deadline, rid) for rid, e in pq.entries.items() if e.deadline < floor)
         told, mine = 0, None
         for _, rid in doomed[:EARLY_LIMIT]:
@@ -351,6 +396,8 @@ class QueueBook:
 
     def _unpark(self, pq: PoolQueue, now: float) -> None:
         """Flows whose own limit fits again rejoin, at most their burst credit behind V."""
+        if not pq.parked:
+            return
         due = sorted((until, flow) for flow, until in pq.parked.items() if until <= now)
         for _, flow in due[:UNPARK_LIMIT]:
             del pq.parked[flow]
@@ -388,8 +435,16 @@ class QueueBook:
         pq.verdicts[rid] = (verdict, now + entry.lease + VERDICT_SECONDS)
         if notify:
             self.mailboxes.setdefault(entry.mailbox, []).append((rid, verdict))
-        if len(pq.verdicts) > 4096:
-            pq.verdicts = {k: kv for k, kv in pq.verdicts.items() if kv[1] > now}
+        if len(pq.verdicts) > pq.verdicts_prune_at:
+            self._prune_verdicts(pq, now)
+
+    @staticmethod
+    def _prune_verdicts(pq: PoolQueue, now: float) -> None:
+        """Drop the expired verdicts (``leave`` ignores them anyway). A busy pool may hold more
+        live verdicts than ``VERDICTS_KEPT``: the next prune then waits until the table has
+        doubled, so pruning stays linear instead of rebuilding the table on every drop."""
+        pq.verdicts = {k: kv for k, kv in pq.verdicts.items() if kv[1] > now}
+        pq.verdicts_prune_at = max(VERDICTS_KEPT, 2 * len(pq.verdicts))
 
     @staticmethod
     def _forget(pq: PoolQueue, rid: str) -> None:
