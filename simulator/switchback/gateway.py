@@ -10,9 +10,11 @@ outcome.
 Simplifications, each the same for both arms: demand is exact for input (the simulation knows
 token counts; estimation error is not under test) and ``max_tokens`` for output; one lease long
 enough for any answer replaces lease renewal; answers are streamed, so a stream broken after its
-first token is an error for the client, while failures before it are retried; a broker refusal
-is observed by the router as a 429 that took no time (``observe_broker_refusals``), which is
-what it is for the endpoint: no capacity there now.
+first token is an error for the client, while failures before it are retried. As in the
+gateway, the router hears only what providers answered, not the broker's refusals: told them as
+429s that took no time (``observe_broker_refusals=True``), it shifted traffic away from
+endpoints whose capacity the broker already rations, and did worse (0.3 × the reference
+traffic, 3 days: TTFT −14 % instead of −24 %, throughput +9 % instead of +20 %).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class SimGateway:
         rng: random.Random,
         classify: Callable[[SimRequest], int],
         follow_up: Callable[[SimRequest, bool], None],
-        observe_broker_refusals: bool = True,
+        observe_broker_refusals: bool = False,
     ) -> None:
         self.loop, self.router, self.store = loop, router, store
         self.routes, self.workload, self.recorder = routes, workload, recorder
