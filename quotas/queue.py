@@ -293,10 +293,7 @@ class BrokerQueue:
     def _after(self, pool: str, pumped: Pumped | None) -> None:
         if pumped is None:
             return
-        next_fit = pumped.next_fit
-        if next_fit <= pumped.at and not pumped.granted:
-            next_fit = pumped.at + IDLE_PUMP_GAP  # nothing moved: do not spin
-        self._schedule(pool, next_fit)
+        self._schedule(pool, pumped.next_pump_at(IDLE_PUMP_GAP))
 
     # -- settling --------------------------------------------------------------------------
     def _remember(self, rid: str, pool: str) -> None:

@@ -83,6 +83,13 @@ class Pumped:
     granted: int
     refused: int
 
+    def next_pump_at(self, idle_gap: float) -> float:
+        """When to pump again: ``next_fit``, but never at once after a pump that moved nothing
+        (a pool whose next fit is already due yet grants nothing would make the pump spin)."""
+        if self.next_fit <= self.at and not self.granted:
+            return self.at + idle_gap
+        return self.next_fit
+
 
 Verdict = Grant | QueueRefusal
 

@@ -217,10 +217,7 @@ class SimAdmission:
         self._deliver()
         if pumped is None:
             return
-        next_fit = pumped.next_fit
-        if next_fit <= pumped.at and not pumped.granted:
-            next_fit = pumped.at + IDLE_PUMP_GAP  # nothing moved: do not spin
-        self._schedule(pool, next_fit)
+        self._schedule(pool, pumped.next_pump_at(IDLE_PUMP_GAP))
 
     def _deliver(self) -> None:
         for rid, verdict in self.queue.take_mail(MAILBOX):
