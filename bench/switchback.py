@@ -1,10 +1,12 @@
 """The G16 switchback experiment on the reference market: the acceptance run and its checks.
 
-Run: .venv/bin/python bench/switchback.py [--scale 0.25] [--aa-scale 0.25] [--light-load 0.3]
+Run: .venv/bin/python bench/switchback.py [--scale 1] [--aa-scale 0.25] [--light-load 0.3] [--pure]
 Writes bench/results/switchback.md, and plots and result JSON under bench/results/switchback/.
 
-Three runs, each the same as a ``manage.py switchback`` command (printed in the report):
-1. the reference week (config/switchyard.yaml + config/market.yaml), new vs old router;
+Three runs, each the same as a ``manage.py switchback`` command (printed in the report), on the
+cores compiled by mypyc unless ``--pure`` (the same results; the wall time is the speed target):
+1. the reference week (config/switchyard.yaml + config/market.yaml), new vs old router — at
+   scale 1 this is the acceptance run;
 2. the A/A check: the new router in both arms, every CI must contain 0;
 3. a sensitivity run: the same market with the traffic section's rates × ``--light-load``,
    where the providers' capacity is no longer exhausted at every hour of the day.
@@ -32,6 +34,7 @@ import django  # noqa: E402
 django.setup()
 
 from simulator.model import parse_market_text  # noqa: E402
+from simulator.switchback import compiled  # noqa: E402
 from simulator.switchback.experiment import Options, Run, experiment_run  # noqa: E402
 from simulator.switchback.report import _table, plots_write  # noqa: E402
 
@@ -45,6 +48,18 @@ def command(config: str, market: str, scale: float, extra: str = "") -> str:
     return (
         f"python manage.py switchback --config {config} --market {market} --scale {scale:g}" + extra
     )
+
+
+def cores(pure: bool) -> tuple[str | None, str]:
+    """The compiled build to run on (None: pure Python) and how the report says it."""
+    if pure:
+        return None, "the cores as pure Python (`--pure`)"
+    try:
+        build = compiled.build()
+    except compiled.BuildError as error:
+        return None, f"the cores as pure Python (the mypyc build failed: {error})"
+    how = "a cached build" if build.built_s is None else f"built in {build.built_s:.0f} s first"
+    return str(build.path), f"the cores compiled by mypyc ({how})"
 
 
 def run(label: str, options: Options) -> Run:
@@ -108,29 +123,32 @@ def checks(result: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=0.25)
+    parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--aa-scale", type=float, default=0.25)
     parser.add_argument("--light-load", type=float, default=0.3)
     parser.add_argument("--skip-aa", action="store_true")
     parser.add_argument("--skip-light", action="store_true")
+    parser.add_argument("--pure", action="store_true", help="run the cores as Python")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
+    build, args.cores = cores(args.pure)
 
-    reference = run("reference", Options(CONFIG, MARKET, scale=args.scale))
+    reference = run("reference", Options(CONFIG, MARKET, scale=args.scale, compiled=build))
     (OUT / "reference.json").write_text(json.dumps(reference.result, indent=2, sort_keys=True))
     plots = plots_write(reference, OUT, prefix="reference-")
 
     aa = None
     if not args.skip_aa:
         aa = run("A/A", Options(CONFIG, MARKET, scale=args.aa_scale,
-                                arms=("routing_cost", "routing_cost")))  # fmt: skip
+                                arms=("routing_cost", "routing_cost"), compiled=build))  # fmt: skip
         (OUT / "aa.json").write_text(json.dumps(aa.result, indent=2, sort_keys=True))
 
     light = light_path = None
     if not args.skip_light:
         light_path = light_market(args.light_load)
-        light = run("light", Options(CONFIG, str(light_path.relative_to(ROOT)), scale=1.0))
+        market = str(light_path.relative_to(ROOT))
+        light = run("light", Options(CONFIG, market, scale=1.0, compiled=build))
         (OUT / "light.json").write_text(json.dumps(light.result, indent=2, sort_keys=True))
         plots += plots_write(light, OUT, prefix="light-")
 
@@ -144,7 +162,7 @@ def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_
         "",
         f"`bench/switchback.py --scale {args.scale:g} --aa-scale {args.aa_scale:g} "
         f"--light-load {args.light_load:g}` on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.cores}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         "## 1. Reference week: routing cost (new) vs price only (old)",

@@ -3,15 +3,24 @@
 ``experiment_run`` is what ``manage.py switchback`` calls. Its ``result`` is JSON-ready and a
 pure function of the inputs (seed, days, scale, segments, arms): two runs give identical JSON.
 Wall-clock figures are kept apart (``Run.wall_s``) so they never leak into the result.
+
+With ``Options.compiled`` (a build of ``simulator.switchback.compiled``) the segments run in
+spawned workers that load the compiled cores before anything imports them; this process keeps
+its pure-Python cores and sends the workers only plain data (the files' contents), never a
+core object, whose class would differ on the other side.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +28,7 @@ from gateway.configfile import Config, config_parse, config_read
 from routing.core import RoutingParameters
 from simulator.model import ExperimentSpec, Market, parse_market_text
 from simulator.switchback.analysis import changes_estimate
+from simulator.switchback.compiled import worker_start as compiled_worker_start
 from simulator.switchback.design import DAY, NEW, OLD, Design, Segment, segments_plan
 from simulator.switchback.market import SwitchbackError
 from simulator.switchback.runner import DRAIN_S, SHARE_BIN_S, SegmentResult, segment_run
@@ -38,6 +48,7 @@ class Options:
     seed: int | None = None  # None: experiment.seed
     params: RoutingParameters | None = None
     headroom_s: float | None = None  # None: the gateway's PROVIDER_HEADROOM_SECONDS
+    compiled: str | None = None  # a compiled build's directory; None: the cores imported here
 
 
 @dataclass
@@ -55,10 +66,29 @@ class Run:
     segment_wall_s: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """Both files as read once: plain data (a YAML document, a text) any process can parse."""
+
+    config_document: object
+    market_text: str
+
+    def parse(self) -> tuple[Config, Market]:
+        return config_parse(self.config_document), parse_market_text(self.market_text)
+
+
 def inputs_load(options: Options) -> tuple[Config, Market, Design]:
     """Parse both files and derive the design (block, warm-up, seed, duration)."""
-    config = config_parse(config_read(options.config_path))
-    market = parse_market_text(Path(options.market_path).read_text(encoding="utf-8"))
+    _, config, market, design = _load(options)
+    return config, market, design
+
+
+def _load(options: Options) -> tuple[_Inputs, Config, Market, Design]:
+    inputs = _Inputs(
+        config_read(options.config_path),
+        Path(options.market_path).read_text(encoding="utf-8"),
+    )
+    config, market = inputs.parse()
     if market.traffic is None:
         raise SwitchbackError(f"{options.market_path}: no traffic section")
     spec = market.experiment or ExperimentSpec(block=3 * 3600.0, warmup=3600.0, seed=0)
@@ -70,26 +100,36 @@ def inputs_load(options: Options) -> tuple[Config, Market, Design]:
             f"the run ({duration / 3600:g} h) is shorter than one pair of blocks "
             f"({2 * spec.block / 3600:g} h)"
         )
-    return config, market, design
+    return inputs, config, market, design
 
 
 def experiment_run(options: Options, *, progress: ProgressCallback | None = None) -> Run:
     started = time.perf_counter()
-    config, market, design = inputs_load(options)
+    inputs, config, market, design = _load(options)
     count = options.segments or max(1, int(-(-design.duration_s // (4 * DAY))))
     segments = segments_plan(design, count)
     workers = options.workers or min(len(segments), mp.cpu_count())
     total = sum(s.end_s - s.start_s + DRAIN_S for s in segments)
-    settings = _SegmentSettings(options.scale, options.params, _headroom(options))
+    params = None if options.params is None else dataclasses.asdict(options.params)
+    settings = _SegmentSettings(options.scale, params, _headroom(options))
     results: list[SegmentResult]
-    if workers <= 1 or len(segments) == 1:
+    jobs: list[tuple[Any, ...]]
+    if options.compiled is not None:
+        # spawn, even for one segment: this process already holds the pure-Python cores.
+        pool = _Pool(mp.get_context("spawn"), workers, len(segments), options.compiled)
+        jobs = [(_spawned_job, inputs, design, s, settings) for s in segments]
+        results = pool.run(jobs, total, progress)
+    elif workers <= 1 or len(segments) == 1:
         done = [0.0] * len(segments)
         results = []
         for segment in segments:
             tracker = _Tracker(done, total, progress)
             results.append(_segment_job(config, market, design, segment, settings, tracker))
     else:
-        results = _parallel(config, market, design, segments, settings, workers, total, progress)
+        # fork: the workers inherit Django's settings and the parsed inputs as they are.
+        pool = _Pool(mp.get_context("fork"), workers, len(segments), None)
+        jobs = [(_segment_job, config, market, design, s, settings) for s in segments]
+        results = pool.run(jobs, total, progress)
     results.sort(key=lambda r: r.index)
     blocks: dict[int, dict[str, dict[str, Any]]] = {}
     shares: dict[tuple[int, str], int] = {}
@@ -176,12 +216,21 @@ _shared_progress: Any = None
 def _init_worker(progress: Any) -> None:
     global _shared_progress
     _shared_progress = progress
+    watch = threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True)
+    watch.start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """End this worker when the command dies: else it waits on its queue forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 @dataclass(frozen=True)
 class _SegmentSettings:
     scale: float
-    params: RoutingParameters | None
+    params: dict[str, Any] | None  # RoutingParameters' fields: plain data crosses processes
     headroom_s: float
 
 
@@ -208,38 +257,48 @@ def _segment_job(
         design,
         segment,
         scale=settings.scale,
-        params=settings.params,
+        params=None if settings.params is None else RoutingParameters(**settings.params),
         headroom_s=settings.headroom_s,
         progress=_shared_progress if progress is None else progress,
     )
 
 
-def _parallel(
-    config: Config,
-    market: Market,
-    design: Design,
-    segments: list[Segment],
-    settings: _SegmentSettings,
-    workers: int,
-    total: float,
-    progress: ProgressCallback | None,
-) -> list[SegmentResult]:
-    # fork: the workers inherit Django's settings and the parsed inputs as they are.
-    ctx = mp.get_context("fork")
-    shared = ctx.Array("d", len(segments), lock=False)
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(shared,)
-    ) as pool:
-        futures: list[Future[SegmentResult]] = [
-            pool.submit(_segment_job, config, market, design, s, settings) for s in segments
-        ]
-        while not all(f.done() for f in futures):
-            time.sleep(0.5)
+def _spawned_job(
+    inputs: _Inputs, design: Design, segment: Segment, settings: _SegmentSettings
+) -> SegmentResult:
+    config, market = inputs.parse()  # here, with this process's (compiled) core classes
+    return _segment_job(config, market, design, segment, settings)
+
+
+class _Pool:
+    """Segments in worker processes; progress comes back through a shared array."""
+
+    def __init__(self, ctx: BaseContext, workers: int, segments: int, compiled: str | None):
+        self.ctx, self.workers = ctx, workers
+        self.shared = ctx.Array("d", segments, lock=False)
+        self.compiled = compiled
+
+    def run(
+        self, jobs: list[tuple[Any, ...]], total: float, progress: ProgressCallback | None
+    ) -> list[SegmentResult]:
+        init: Callable[..., None]
+        args: tuple[Any, ...]
+        if self.compiled is None:
+            init, args = _init_worker, (self.shared,)
+        else:
+            init = compiled_worker_start
+            args = (self.compiled, f"{__name__}:_init_worker", self.shared)
+        with ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=self.ctx, initializer=init, initargs=args
+        ) as pool:
+            futures: list[Future[SegmentResult]] = [pool.submit(*job) for job in jobs]
+            while not all(f.done() for f in futures):
+                time.sleep(0.5)
+                if progress is not None:
+                    progress(sum(self.shared), total)
             if progress is not None:
-                progress(sum(shared), total)
-        if progress is not None:
-            progress(total, total)
-        return [f.result() for f in futures]
+                progress(total, total)
+            return [f.result() for f in futures]
 
 
 __all__ = ["SHARE_BIN_S", "Options", "Run", "experiment_run", "inputs_load", "result_build"]

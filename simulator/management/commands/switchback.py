@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gateway.configfile import ConfigError
 from simulator.model import MarketError
+from simulator.switchback import compiled
 from simulator.switchback.design import NEW, OLD
 from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.market import SwitchbackError
@@ -49,6 +50,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--workers", type=int, help="processes (default: one per segment)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        parser.add_argument(
+            "--pure",
+            action="store_true",
+            help="run the cores as Python (default: compiled by mypyc, built once and cached "
+            f"in ${compiled.CACHE_ENV} or ~/.cache/switchyard/mypyc)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         arms = tuple(options["arms"].split(","))
@@ -65,7 +72,10 @@ class Command(BaseCommand):
             segments=options["segments"],
             workers=options["workers"],
             seed=options["seed"],
+            compiled=None if options["pure"] else self._compiled(),
         )
+        if run_options.compiled is None and options["pure"]:
+            self._note("cores run as pure Python (--pure)")
         bar = None if options["no_progress"] else _bar()
         try:
             run = experiment_run(run_options, progress=bar.update if bar else None)
@@ -75,6 +85,20 @@ class Command(BaseCommand):
             if bar is not None:
                 bar.close()
         self._write(run, options)
+
+    def _compiled(self) -> str | None:
+        """The compiled cores' build directory, or None (pure Python) if it cannot be built."""
+        try:
+            build = compiled.build()
+        except compiled.BuildError as error:
+            self._note(f"cores run as pure Python: the mypyc build failed: {error}")
+            return None
+        how = "cached" if build.built_s is None else f"built in {build.built_s:.1f} s"
+        self._note(f"cores compiled by mypyc ({how}: {build.path})")
+        return str(build.path)
+
+    def _note(self, text: str) -> None:
+        self.stderr.write(f"switchback: {text}", style_func=lambda plain: plain)
 
     def _write(self, run: Run, options: dict[str, Any]) -> None:
         text = json.dumps(run.result, indent=2, sort_keys=True)
