@@ -25,8 +25,7 @@ import numpy as np
 RATIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "ttft_mean": (("ttft_sum",), "served"),
     "throughput": (("throughput_sum",), "served"),
-    "rate_limit": (("provider_429", "broker_refusals"), "requests"),
-    "provider_429": (("provider_429",), "requests"),
+    "rate_limit": (("provider_429",), "requests"),
     "broker_refusal": (("broker_refusals",), "requests"),
     "error": (("errors",), "requests"),
     "capacity_failure": (("capacity_failures",), "requests"),
@@ -42,7 +41,6 @@ CHANGES = {
     "cost_change": "cost",
     "ttft_mean_change": "ttft_mean",
     "error_change": "error",
-    "provider_429_change": "provider_429",
     "broker_refusal_change": "broker_refusal",
     "capacity_failure_change": "capacity_failure",
     "served_change": "served",

@@ -6,11 +6,13 @@ Definitions (every one per *logical* request — a client's request, whatever it
   capacity, refused and failed attempts before it are included. Successful requests only.
 - ``throughput``: output tokens ÷ (end of the answer − arrival), end to end (G4). Successful
   requests only; the block's value is the mean over them.
-- ``rate_limited``: every capacity refusal the router met: provider 429 answers, plus each
-  candidate the broker refused on its fast try during an admission pass (the router had to move
-  on to another endpoint, wait in a queue, or give up). Waiting in the fair queue adds no count;
-  a refusal by the queue ends the request as a capacity failure. The rate is refusals ÷ logical
-  requests.
+- ``provider_429`` (the 429 rate): every capacity refusal the router met — each 429 a provider
+  answered, retries included — ÷ logical requests. It is the production experiment's count
+  (which had no broker) and the only refusal the router hears, in the gateway as here.
+- ``broker_refusals``: reported beside it, not in it — each candidate the broker refused on its
+  fast try during an admission pass (no room now, or a queue already waiting there), so the
+  request moved on, waited, or gave up. They cost a Redis round trip, not a provider call;
+  under saturation every request meets two or three of them, whichever router planned it.
 - ``errors``: requests that ended with a provider error (5xx / overload after the retry budget,
   or a stream broken after its first token). ``capacity_failures``: requests refused to the
   client because no candidate had capacity before the deadline (the queue's refusal: deadline,

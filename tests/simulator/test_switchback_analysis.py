@@ -22,7 +22,8 @@ def test_it_pools_an_arm_as_ratios_of_sums_so_busy_blocks_weigh_more():
     values = arm_values(blocks)
     assert values["ttft_mean"] == pytest.approx(120 / 100)
     assert values["cost"] == pytest.approx(1.0 / 100)
-    assert values["rate_limit"] == pytest.approx(10 / 110)
+    assert values["rate_limit"] == pytest.approx(5 / 110)  # provider 429s only
+    assert values["broker_refusal"] == pytest.approx(5 / 110)
     assert values["ttft_p50"] == pytest.approx(2.0)  # mean of the blocks' medians
     assert values["served"] == pytest.approx(100 / 110)
 
@@ -52,7 +53,8 @@ def test_it_reports_each_change_as_new_over_old_minus_one():
     assert result["ttft_change"] == pytest.approx(-0.2)
     assert result["ttft_mean_change"] == pytest.approx(-0.2)
     assert result["throughput_change"] == pytest.approx(0.2)
-    assert result["rate_limit_change"] == pytest.approx(-0.7)
+    assert result["rate_limit_change"] == pytest.approx(-0.8)
+    assert result["broker_refusal_change"] == pytest.approx(-0.6)
     assert result["cost_change"] == pytest.approx(0.05)
     # Identical pairs: every resample gives the same change.
     assert result["ci"]["ttft_change"] == pytest.approx([-0.2, -0.2])
