@@ -22,6 +22,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -29,14 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 
-import django  # noqa: E402
+from simulator.switchback import compiled  # noqa: E402  (imports neither core)
 
-django.setup()
-
-from simulator.model import parse_market_text  # noqa: E402
-from simulator.switchback import compiled  # noqa: E402
-from simulator.switchback.experiment import Options, Run, experiment_run  # noqa: E402
-from simulator.switchback.report import _table, plots_write  # noqa: E402
+if TYPE_CHECKING:
+    from simulator.switchback.experiment import Options, Run
 
 RESULTS = ROOT / "bench" / "results"
 OUT = RESULTS / "switchback"
@@ -63,6 +60,8 @@ def cores(pure: bool) -> tuple[str | None, str]:
 
 
 def run(label: str, options: Options) -> Run:
+    from simulator.switchback.experiment import experiment_run
+
     print(f"{label}: running ({options.market_path}, scale {options.scale:g}) …", flush=True)
     started = time.perf_counter()
     result = experiment_run(options)
@@ -87,6 +86,8 @@ def light_market(load: float) -> Path:
 
 def demand_lines() -> list[str]:
     """The reference market's demand against the gateway-side capacity, from the two files."""
+    from simulator.model import parse_market_text
+
     market = parse_market_text((ROOT / MARKET).read_text())
     assert market.traffic is not None
     lines = [
@@ -122,6 +123,14 @@ def checks(result: dict) -> list[str]:
 
 
 def main() -> None:
+    # Django and the cores load here, not at import: the compiled runs' spawned workers import
+    # this script again, and must install the compiled cores before anything imports them.
+    import django
+
+    django.setup()
+    from simulator.switchback.experiment import Options
+    from simulator.switchback.report import plots_write
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--aa-scale", type=float, default=0.25)
@@ -156,6 +165,8 @@ def main() -> None:
 
 
 def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_path, plots):
+    from simulator.switchback.report import _table
+
     exp = reference.result["experiment"]
     out = [
         "# Switchback experiment on the reference market (SPEC G16)",
