@@ -84,6 +84,29 @@ def _table(estimate: Mapping[str, Any], with_targets: bool) -> list[str]:
     return lines
 
 
+# Below this share of requests served in both arms, capacity rather than ranking decides.
+CAPACITY_BOUND_BELOW = 0.9
+
+
+def capacity_warning(result: Mapping[str, Any]) -> str | None:
+    """A warning when both arms served few requests: the market is short of capacity.
+
+    Under saturation the broker admits a request wherever there is room, whichever endpoint
+    the router ranked first, so the arms can hardly differ; the warning says so before anyone
+    reads the changes as the router's doing.
+    """
+    overall = result["overall"]
+    served = (overall["new"].get("served"), overall["old"].get("served"))
+    if any(s is None for s in served) or max(served) >= CAPACITY_BOUND_BELOW:
+        return None
+    return (
+        f"capacity-bound: the new arm served {served[0]:.0%} of requests, the old "
+        f"{served[1]:.0%}. Where capacity decides who is served, the routers can hardly "
+        "differ: lower the market's traffic rates (--scale shrinks traffic and capacity "
+        "together) or give its providers the capacity they are meant to have."
+    )
+
+
 def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes: str = "") -> str:
     """The report: command, design, overall and per-model tables, plots, wall time."""
     result = run.result
@@ -103,6 +126,11 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
         + ", ".join(f"{w:.0f} s" for w in run.segment_wall_s)
         + ").",
         "",
+    ]
+    warning = capacity_warning(result)
+    if warning is not None:
+        lines += [f"**Warning — {warning}**", ""]
+    lines += [
         "## Overall",
         "",
         *_table(result["overall"], with_targets=True),

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from simulator.switchback.experiment import Options, Run, experiment_run
+from simulator.switchback.report import capacity_warning
 
 from .helpers import REFERENCE_MARKET
 from .switchback_fixtures import files
@@ -63,7 +64,9 @@ def test_it_finds_no_difference_between_a_router_and_itself(market_files):
 
 def test_it_shows_the_router_beating_price_only_where_capacity_allows(market_files):
     config, market = market_files
-    overall = experiment_run(Options(config, market)).result["overall"]
+    result = experiment_run(Options(config, market)).result
+    assert capacity_warning(result) is None  # most requests find capacity: ranking matters
+    overall = result["overall"]
     # A cheap, slow, flaky endpoint short of capacity: the price-only router overloads it.
     assert overall["ttft_change"] < -0.1 and overall["ci"]["ttft_change"][1] < 0
     assert overall["throughput_change"] > 0.1 and overall["ci"]["throughput_change"][0] > 0
@@ -87,6 +90,8 @@ def test_it_runs_a_scaled_down_day_of_the_reference_market_quickly():
     large = "acme/chat-large"
     assert gamma_share(run, large, "routing_cost") < gamma_share(run, large, "price_only")
     assert result["overall"]["error_change"] < 0
+    # Under half of the requests are served in either arm: the run says so.
+    assert "capacity-bound" in (capacity_warning(result) or "")
 
 
 def test_it_writes_json_plots_and_a_report(market_files, tmp_path: Path):

@@ -16,7 +16,7 @@ from simulator.switchback import compiled
 from simulator.switchback.design import NEW, OLD
 from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.market import SwitchbackError
-from simulator.switchback.report import plots_write, report_markdown
+from simulator.switchback.report import capacity_warning, plots_write, report_markdown
 
 ARMS = ("routing_cost", "price_only", "price", "throughput", "latency")
 
@@ -125,6 +125,9 @@ class Command(BaseCommand):
             )
             + f"  ({run.requests:,} requests, {run.wall_s:.0f} s)"
         )
+        warning = capacity_warning(run.result)
+        if warning is not None:
+            self._note(warning)
         if options["json"] is None:
             self.stdout.write(text)
 
