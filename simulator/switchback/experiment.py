@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.configfile import Config, config_parse, config_read
 from routing.core import RoutingParameters
-from simulator.model import ExperimentSpec, Market, parse_market_text
+from simulator.model import ExperimentSpec, Market, MarketError, parse_market_text
 from simulator.switchback.analysis import changes_estimate
 from simulator.switchback.compiled import worker_start as compiled_worker_start
 from simulator.switchback.design import DAY, NEW, OLD, Design, Segment, segments_plan
@@ -64,6 +64,7 @@ class Run:
     wall_s: float
     requests: int
     segment_wall_s: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the run left out, for the reader
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,10 @@ def _load(options: Options) -> tuple[_Inputs, Config, Market, Design]:
         config_read(options.config_path),
         Path(options.market_path).read_text(encoding="utf-8"),
     )
-    config, market = inputs.parse()
+    try:
+        config, market = inputs.parse()
+    except MarketError as error:  # the market text was parsed without its file name
+        raise MarketError(options.market_path, str(error)) from None
     if market.traffic is None:
         raise SwitchbackError(f"{options.market_path}: no traffic section")
     spec = market.experiment or ExperimentSpec(block=3 * 3600.0, warmup=3600.0, seed=0)
@@ -152,6 +156,12 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
         wall_s=time.perf_counter() - started,
         requests=sum(r.requests for r in results),
         segment_wall_s=[r.wall_s for r in results],
+        notes=[
+            f"provider {p.name} is in the configuration but not in the market file: "
+            "its endpoints are left out"
+            for p in config.providers
+            if p.name not in {m.name for m in market.providers}
+        ],
     )
 
 

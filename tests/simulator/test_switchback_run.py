@@ -8,13 +8,13 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.report import capacity_warning
 
 from .helpers import REFERENCE_MARKET
-from .switchback_fixtures import files
+from .switchback_fixtures import MARKET, files
 
 REFERENCE_CONFIG = REFERENCE_MARKET.parent / "switchyard.yaml"
 HEADLINE = ("ttft_change", "throughput_change", "rate_limit_change", "cost_change", "error_change")
@@ -117,3 +117,17 @@ def test_it_writes_json_plots_and_a_report(market_files, tmp_path: Path):
     assert "python manage.py switchback" in report and "| TTFT p50 (s) |" in report
     assert "plots/shares.png" in report
     assert out.getvalue().startswith("overall: ttft_change")
+
+
+def test_it_names_the_market_file_in_errors_and_says_which_providers_it_left_out(tmp_path: Path):
+    config, market = files(tmp_path, market=MARKET.replace("  - name: mid", "  - name: midx"))
+    err = StringIO()
+    call_command(
+        "switchback", "--config", config, "--market", market, "--days", "0.5",
+        "--json", str(tmp_path / "r.json"), "--no-progress", "--pure", stdout=StringIO(), stderr=err,
+    )  # fmt: skip
+    assert "provider mid is in the configuration but not in the market file" in err.getvalue()
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("providers: [\n  - name: x\n")
+    with pytest.raises(CommandError, match=f"{broken}: .*not valid YAML"):
+        call_command("switchback", "--config", config, "--market", str(broken), "--pure")

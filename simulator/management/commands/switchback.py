@@ -125,6 +125,8 @@ class Command(BaseCommand):
             )
             + f"  ({run.requests:,} requests, {run.wall_s:.0f} s)"
         )
+        for note in run.notes:
+            self._note(note)
         warning = capacity_warning(run.result)
         if warning is not None:
             self._note(warning)
