@@ -156,13 +156,19 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
         wall_s=time.perf_counter() - started,
         requests=sum(r.requests for r in results),
         segment_wall_s=[r.wall_s for r in results],
-        notes=[
-            f"provider {p.name} is in the configuration but not in the market file: "
-            "its endpoints are left out"
-            for p in config.providers
-            if p.name not in {m.name for m in market.providers}
-        ],
+        notes=_left_out(config, market),
     )
+
+
+def _left_out(config: Config, market: Market) -> list[str]:
+    """Configured providers the market file does not describe: the run cannot use them."""
+    described = {p.name for p in market.providers}
+    return [
+        f"provider {p.name} is in the configuration but not in the market file: "
+        "its endpoints are left out"
+        for p in config.providers
+        if p.name not in described
+    ]
 
 
 def result_build(
