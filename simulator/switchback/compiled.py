@@ -12,6 +12,7 @@ fail ``isinstance`` checks. So this module imports neither core.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
@@ -42,6 +43,7 @@ MANIFEST = "manifest.json"
 EXT_SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
 BUILD_TIMEOUT_S = 900.0
 STALE_S = 86400.0  # a work directory this old belongs to no running build
+UNUSED_S = 14 * 86400.0  # a build not used for this long is removed (each is ~3 MB)
 LOG_TAIL = 12  # lines of the compiler's output kept in a BuildError
 
 _SETUP = """\
@@ -136,6 +138,8 @@ def build(*, cache: Path | None = None, sources: Path = SOURCE_ROOT) -> Build:
     key = build_key(sources)
     found = cached(key, root)
     if found is not None:
+        _used(found.path)
+        _prune(root)
         return found
     started = time.perf_counter()
     try:
@@ -291,15 +295,32 @@ def _publish(stage: Path, final: Path) -> None:
             shutil.rmtree(aside, ignore_errors=True)
 
 
+def _used(path: Path) -> None:
+    """Mark a build as used now (its manifest's time), so pruning keeps it."""
+    with contextlib.suppress(OSError):
+        os.utime(path / MANIFEST)
+
+
 def _prune(root: Path) -> None:
-    """Remove work directories that builds killed long ago left behind."""
+    """Remove work directories that builds killed long ago left behind, and unused builds.
+
+    Every edit of the cores makes a new build; those not used for ``UNUSED_S`` go.
+    """
+    now = time.time()
     for leftover in root.glob(".build-*"):
         try:
-            old = time.time() - leftover.stat().st_mtime > STALE_S
+            old = now - leftover.stat().st_mtime > STALE_S
         except OSError:
             continue
         if old:
             shutil.rmtree(leftover, ignore_errors=True)
+    for manifest in root.glob(f"*/{MANIFEST}"):
+        try:
+            unused = now - manifest.stat().st_mtime > UNUSED_S
+        except OSError:
+            continue
+        if unused:
+            shutil.rmtree(manifest.parent, ignore_errors=True)
 
 
 def _run(command: list[str], *, cwd: Path, env: dict[str, str], what: str) -> None:

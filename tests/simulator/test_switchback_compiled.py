@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import shutil
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from io import StringIO
 from pathlib import Path
@@ -87,6 +89,20 @@ def test_it_ignores_a_build_directory_that_is_not_complete(tmp_path: Path):
     assert compiled.cached("k2", cache) is None
     (cache / "k1" / MODULES["routing.core.cost"]).unlink()
     assert compiled.cached("k1", cache) is None
+
+
+def test_it_removes_builds_unused_for_two_weeks_and_keeps_the_one_it_reuses(
+    sources: Path, tmp_path: Path
+):
+    cache = tmp_path / "cache"
+    key = compiled.build_key(sources)
+    current, stale, recent = (fake_build(cache, k, MODULES) for k in (key, "old", "new"))
+    month_ago = time.time() - 30 * 86400
+    for build in (current, stale):  # the current one, too, was last used a month ago
+        os.utime(build / compiled.MANIFEST, (month_ago, month_ago))
+    assert compiled.build(cache=cache, sources=sources).path == current
+    assert current.exists() and recent.exists()
+    assert not stale.exists()
 
 
 def test_it_keeps_the_first_of_two_builds_of_one_key(tmp_path: Path):
