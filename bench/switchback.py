@@ -47,18 +47,6 @@ def command(config: str, market: str, scale: float, extra: str = "") -> str:
     )
 
 
-def cores(pure: bool) -> tuple[str | None, str]:
-    """The compiled build to run on (None: pure Python) and how the report says it."""
-    if pure:
-        return None, "the cores as pure Python (`--pure`)"
-    try:
-        build = compiled.build()
-    except compiled.BuildError as error:
-        return None, f"the cores as pure Python (the mypyc build failed: {error})"
-    how = "a cached build" if build.built_s is None else f"built in {build.built_s:.0f} s first"
-    return str(build.path), f"the cores compiled by mypyc ({how})"
-
-
 def run(label: str, options: Options) -> Run:
     from simulator.switchback.experiment import experiment_run
 
@@ -141,7 +129,7 @@ def main() -> None:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
-    build, args.cores = cores(args.pure)
+    build, args.cores = compiled.cores(pure=args.pure)
 
     reference = run("reference", Options(CONFIG, MARKET, scale=args.scale, compiled=build))
     (OUT / "reference.json").write_text(json.dumps(reference.result, indent=2, sort_keys=True))
@@ -173,7 +161,7 @@ def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_
         "",
         f"`bench/switchback.py --scale {args.scale:g} --aa-scale {args.aa_scale:g} "
         f"--light-load {args.light_load:g}` on {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.cores}; "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {args.cores}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         "## 1. Reference week: routing cost (new) vs price only (old)",

@@ -160,6 +160,18 @@ def build(*, cache: Path | None = None, sources: Path = SOURCE_ROOT) -> Build:
     return Build(done.path, key, done.modules, time.perf_counter() - started)
 
 
+def cores(*, pure: bool) -> tuple[str | None, str]:
+    """The build to run on (None: pure Python) and a line saying which cores run and why."""
+    if pure:
+        return None, "cores run as pure Python (--pure)"
+    try:
+        found = build()
+    except BuildError as error:
+        return None, f"cores run as pure Python: the mypyc build failed: {error}"
+    how = "cached" if found.built_s is None else f"built in {found.built_s:.1f} s"
+    return str(found.path), f"cores compiled by mypyc ({how}: {found.path})"
+
+
 def install(path: str | Path) -> tuple[str, ...]:
     """Load the build at ``path`` for the compiled modules; raise if any is already imported.
 
@@ -352,6 +364,7 @@ __all__ = [
     "cache_root",
     "cached",
     "compiled_modules",
+    "cores",
     "install",
     "source_files",
     "worker_start",

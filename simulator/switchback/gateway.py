@@ -11,10 +11,10 @@ Simplifications, each the same for both arms: demand is exact for input (the sim
 token counts; estimation error is not under test) and ``max_tokens`` for output; one lease long
 enough for any answer replaces lease renewal; answers are streamed, so a stream broken after its
 first token is an error for the client, while failures before it are retried. As in the
-gateway, the router hears only what providers answered, not the broker's refusals: told them as
-429s that took no time (``observe_broker_refusals=True``), it shifted traffic away from
-endpoints whose capacity the broker already rations, and did worse (0.3 × the reference
-traffic, 3 days: TTFT −14 % instead of −24 %, throughput +9 % instead of +20 %).
+gateway, the router hears only what providers answered, not the broker's refusals: an earlier
+version told it them as 429s that took no time, and it shifted traffic away from endpoints
+whose capacity the broker already rations, and did worse (0.3 × the reference traffic, 3 days:
+TTFT −14 % instead of −24 %, throughput +9 % instead of +20 %).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from simulator.switchback.traffic import TOOLS, SimRequest
 
 # A refusal or an at-once failure reaches the gateway after one round trip.
 REFUSAL_LATENCY_S = 0.2
-BROKER_REFUSED = Outcome("rate_limited", latency_s=0.0)
 PROVIDER_REFUSED = Outcome("rate_limited", latency_s=REFUSAL_LATENCY_S)
 TOOL_FEATURES = frozenset({"tools", "stream"})
 NO_PREFERENCES = ProviderPreferences()
@@ -84,12 +83,10 @@ class SimGateway:
         rng: random.Random,
         classify: Callable[[SimRequest], int],
         follow_up: Callable[[SimRequest, bool], None],
-        observe_broker_refusals: bool = False,
     ) -> None:
         self.loop, self.router, self.store = loop, router, store
         self.routes, self.workload, self.recorder = routes, workload, recorder
         self.rng, self.classify, self.follow_up = rng, classify, follow_up
-        self.observe_broker_refusals = observe_broker_refusals
         self._pinned: dict[str, ProviderPreferences] = {}
         self.admission = SimAdmission(
             loop=loop,
@@ -132,8 +129,6 @@ class SimGateway:
 
     def _broker_refused(self, request: SimRequest, route: Route) -> None:
         request.broker_refusals += 1
-        if self.observe_broker_refusals:
-            self.router.observe(route.endpoint.id, BROKER_REFUSED, self.loop.now)
 
     # -- dispatch and answer ------------------------------------------------------------
     def _dispatch(self, request: SimRequest, route: Route, grant: Grant | None) -> None:

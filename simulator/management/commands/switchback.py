@@ -63,6 +63,8 @@ class Command(BaseCommand):
             raise CommandError(f"--arms needs two of {', '.join(ARMS)}, e.g. {NEW},{OLD}")
         if options["scale"] <= 0:
             raise CommandError("--scale must be positive")
+        build, which = compiled.cores(pure=options["pure"])
+        self._note(which)
         run_options = Options(
             config_path=str(options["config"]),
             market_path=str(options["market"]),
@@ -72,10 +74,8 @@ class Command(BaseCommand):
             segments=options["segments"],
             workers=options["workers"],
             seed=options["seed"],
-            compiled=None if options["pure"] else self._compiled(),
+            compiled=build,
         )
-        if run_options.compiled is None and options["pure"]:
-            self._note("cores run as pure Python (--pure)")
         bar = None if options["no_progress"] else _bar()
         try:
             run = experiment_run(run_options, progress=bar.update if bar else None)
@@ -85,17 +85,6 @@ class Command(BaseCommand):
             if bar is not None:
                 bar.close()
         self._write(run, options)
-
-    def _compiled(self) -> str | None:
-        """The compiled cores' build directory, or None (pure Python) if it cannot be built."""
-        try:
-            build = compiled.build()
-        except compiled.BuildError as error:
-            self._note(f"cores run as pure Python: the mypyc build failed: {error}")
-            return None
-        how = "cached" if build.built_s is None else f"built in {build.built_s:.1f} s"
-        self._note(f"cores compiled by mypyc ({how}: {build.path})")
-        return str(build.path)
 
     def _note(self, text: str) -> None:
         self.stderr.write(f"switchback: {text}", style_func=lambda plain: plain)
