@@ -40,6 +40,12 @@ SHADOW_REFUSALS = Counter(
     "Reservations a shadow bucket would have refused (it refused nothing).",
     ["bucket"],
 )
+UNEXPLAINED_429 = Counter(
+    "switchyard_provider_unexplained_429_total",
+    "Provider 429s that no limit in their headers explains; each may cut the provider's learned "
+    "concurrency limit.",
+    ["provider"],
+)
 QUEUE_WAIT = Histogram(
     "switchyard_queue_wait_seconds",
     "Time requests waited for capacity.",

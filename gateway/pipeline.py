@@ -47,7 +47,7 @@ from gateway.records import generation_record, reservation_record, usage_cost
 from gateway.snapshot import Snapshot, holder
 from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
-from quotas.broker import Broker, actual_usage, broker_get
+from quotas.broker import Broker, actual_usage, broker_get, demand_usage
 from quotas.core.estimate import input_tokens_heuristic, requested_max_output
 from quotas.core.retry import Failure, Next, retry_decide
 from quotas.snapshot import Workload
@@ -306,8 +306,12 @@ async def _serve(
                 admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)
             )
         retry_after = attempt.limits.retry_after
-        if failure.outcome is Outcome.CAPACITY and retry_after:
-            await broker.pause_provider(admitted.buckets, retry_after, time.time())
+        if failure.outcome is Outcome.CAPACITY:
+            demand = demand_usage(admitted.demand, admitted.endpoint)
+            if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
+                metrics.UNEXPLAINED_429.labels(admitted.endpoint.provider.name).inc()
+            if retry_after:
+                await broker.pause_provider(admitted.buckets, retry_after, time.time())
         decision = retry_decide(
             FAILURES[failure.outcome],
             retries_used=call.attempts - 1,

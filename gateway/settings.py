@@ -209,6 +209,9 @@ ROUTING_SYNC_INTERVAL = env_float("ROUTING_SYNC_INTERVAL", 1.0)
 # Provider refill buckets are counted short by what refills in this many seconds: the spread
 # of dispatch delays between our grant and the provider's count (quotas/snapshot.py).
 PROVIDER_HEADROOM_SECONDS = env_float("PROVIDER_HEADROOM_SECONDS", 1.0)
+# A provider account with no configured concurrency limit learns one from the 429s no known
+# limit explains (quotas/core/learned.py).
+LEARN_PROVIDER_CONCURRENCY = env_bool("LEARN_PROVIDER_CONCURRENCY", True)
 # E3: how long an Idempotency-Key is remembered after its first request (seconds).
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).

@@ -24,8 +24,9 @@ from redis.exceptions import RedisError
 from gateway.configfile.durations import duration_format
 from quotas.core.model import BucketLevel, BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import SCOPE_ORDER, bucket_spec, with_headroom
+from quotas.snapshot import SCOPE_ORDER, bucket_spec, learned_buckets, with_headroom
 from quotas.store.redis import RedisReservationStore
+from routing.models import Provider
 from tenants.models import Tenant
 
 # A page that cannot reach Redis says so instead of hanging on it.
@@ -136,6 +137,13 @@ def level_buckets(
             scope |= Q(partner_id=tenant.partner_id)
         scope |= Q(provider__name__in=list(providers)) | Q(model__slug__in=list(models))
     buckets = list(Bucket.objects.filter(scope).order_by("name"))
+    if shared:  # the providers' learned concurrency limits: not rows, the broker adds them
+        configured: dict[tuple[str, int], list[BucketSpec]] = {}
+        for b in buckets:
+            if b.scope_kind == "provider":
+                configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
+        accounts = Provider.objects.filter(name__in=list(providers)).order_by("name")
+        buckets += learned_buckets(accounts, configured)
     return sorted(buckets, key=lambda b: SCOPE_ORDER.index(b.scope_kind))
 
 
@@ -176,6 +184,8 @@ async def _store_levels(specs: list[BucketSpec]) -> tuple[list[BucketLevel], flo
 def rule_text(bucket: Bucket) -> str:
     """The bucket's rule in a few words: "refill per 1m", "window: day from 00:00 UTC"…"""
     rule = bucket.rule
+    if bucket.source == Bucket.Source.LEARNED:
+        return "learned from the provider's 429s"
     if rule == Bucket.Rule.REFILL and bucket.period_seconds:
         return f"refills over {duration_format(bucket.period_seconds)}"
     if rule == Bucket.Rule.FIXED_WINDOW:

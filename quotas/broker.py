@@ -22,6 +22,7 @@ from gateway.providers.base import Usage as ProviderUsage
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
+from quotas.core.learned import refusal_unexplained
 from quotas.core.model import (
     Dimension,
     Grant,
@@ -175,6 +176,21 @@ class Broker:
         until = jittered(now + retry_after, spread=pause_spread(retry_after), rng=self._rng)
         await self.store.pause(attempt.provider_scope, until)
 
+    async def observe_refusal(
+        self, attempt: AttemptBuckets, demand: Usage, limits: RateLimitInfo
+    ) -> bool:
+        """A provider 429 that no limit in its headers explains cuts the learned concurrency
+        limit of the provider account (``quotas.core.learned``); True if it was such a 429."""
+        learned = [b.spec for b in attempt.buckets if b.spec.learned]
+        if not learned:
+            return False
+        reported = [(o.remaining, _asked(o.dimension, demand)) for o in limits.observations]
+        if not refusal_unexplained(reported):
+            return False
+        for spec in learned:
+            await self.store.observe(spec, remaining=0.0)
+        return True
+
     def observe_later(self, attempt: AttemptBuckets, limits: RateLimitInfo) -> None:
         """C12, off the response path: tighten provider buckets from the provider's headers."""
         if any(self._worth_observing(o) for o in limits.observations):
@@ -207,6 +223,15 @@ class Broker:
                     await self.store.observe(
                         spec, remaining=observation.remaining, reset_at=reset_at
                     )
+
+
+def _asked(dimension: str, demand: Usage) -> float:
+    """What an attempt asked of a provider limit its headers describe (requests: one)."""
+    if dimension == "tokens":
+        return demand.input_tokens + demand.output_tokens
+    if dimension in ("input_tokens", "output_tokens"):
+        return float(getattr(demand, dimension))
+    return 1.0
 
 
 _broker: Broker | None = None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 
+from quotas.core.learned import CEILING, CUT, REGROW_SECONDS, needs_learned_concurrency
 from quotas.core.model import BucketSpec
 from quotas.core.specs import bucket_spec_build, with_headroom
 from quotas.models import Bucket, WorkloadClass
+from routing.models import Provider
 
 # D1: the order in which a request's buckets are checked, narrowest scope first.
 SCOPE_ORDER = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
@@ -69,6 +72,30 @@ def bucket_spec(bucket: Bucket) -> BucketSpec:
     )
 
 
+def learned_buckets(
+    providers: Iterable[Provider], configured: Mapping[tuple[str, int], Sequence[BucketSpec]]
+) -> list[Bucket]:
+    """The learned concurrency limit of each provider account that configures none
+    (``quotas.core.learned``), as unsaved rows: the broker counts them, pages show them."""
+    if not settings.LEARN_PROVIDER_CONCURRENCY:
+        return []
+    return [
+        Bucket(
+            name=f"provider:{provider.name}:concurrency:learned",
+            scope_kind=Bucket.ScopeKind.PROVIDER,
+            provider=provider,
+            dimension=Bucket.Dimension.CONCURRENCY,
+            rule=Bucket.Rule.CONCURRENCY,
+            capacity=CEILING,
+            period_seconds=REGROW_SECONDS,
+            factor=CUT,
+            source=Bucket.Source.LEARNED,
+        )
+        for provider in providers
+        if needs_learned_concurrency(configured.get(("provider", provider.id), ()))
+    ]
+
+
 def quota_snapshot_build() -> QuotaSnapshot:
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
     for bucket in Bucket.objects.order_by("name"):
@@ -79,6 +106,10 @@ def quota_snapshot_build() -> QuotaSnapshot:
         grouped[(bucket.scope_kind, scope_id)].append(
             ScopedBucket(spec=spec, scope_kind=bucket.scope_kind)
         )
+    configured = {key: [b.spec for b in value] for key, value in grouped.items()}
+    for bucket in learned_buckets(Provider.objects.order_by("name"), configured):
+        spec = bucket_spec(bucket)
+        grouped[("provider", bucket.provider_id)].append(ScopedBucket(spec, "provider"))
     workloads = {
         w.name: Workload(
             name=w.name,

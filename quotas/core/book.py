@@ -415,12 +415,15 @@ class Book:
             d = self._derive(spec, now)
             r = d.resolved
             v = self._view(d.key, r, now)
+            capacity = spec.capacity
+            if isinstance(v.state, arith.ConcurrencyState):  # a learned limit's current value
+                capacity = arith.concurrency_capacity(v.state, r, now)
             if spec.rule is Rule.RAMP:
                 full_at = now if v.b == 0 else (v.a + 1) * spec.period
             else:
-                full_at = arith.fit_time(v, r, now, spec.capacity)
+                full_at = arith.fit_time(v, r, now, capacity)
             paused = self.paused_until(spec.scope, now)
-            out.append(BucketLevel(spec.name, spec.capacity, v.available, full_at, paused))
+            out.append(BucketLevel(spec.name, capacity, v.available, full_at, paused))
         return out
 
 

@@ -65,6 +65,11 @@ class ConcurrencyState:
     # No holder's lease ends before this (kept by ``hold``): while ``now`` is earlier, ``view``
     # knows nothing expired without sorting the holders, which it would do on every call.
     soonest: float = field(default=INF, init=False)
+    # A learned limit (``BucketSpec.learned``): ``learned`` as of ``learned_at``; INF until the
+    # provider first refuses. It grows only while ``growing``: while it held requests back.
+    learned: float = INF
+    learned_at: float = 0.0
+    growing: bool = False
 
     def __post_init__(self) -> None:
         self.soonest = min((expiry for _, expiry in self.holders.values()), default=INF)
@@ -166,12 +171,33 @@ def view(st: State | None, r: Resolved, now: float, born: float, expire_limit: i
                 del st.holders[hid]
                 st.held = st.held - amount
             st.soonest = min((expiry for _, expiry in st.holders.values()), default=INF)
-        held = st.held if st is not None else 0.0
-        return View(st, r.capacity - held)
+        if st is None:
+            return View(st, r.capacity)
+        return View(st, concurrency_capacity(st, r, now) - st.held)
     assert st is None or isinstance(st, RampState)
     idx, cur_used, prev_used = _ramp_roll(st, r, now)
     allowance = max(r.capacity, r.x[0] * prev_used)
     return View(st, allowance - cur_used, a=float(idx), b=cur_used, c=prev_used)
+
+
+def concurrency_capacity(st: ConcurrencyState, r: Resolved, now: float) -> float:
+    """A concurrency bucket's capacity at ``now``: a learned one grows by one per period while
+    it is full (as TCP grows a window only while using it: idle time proves nothing)."""
+    if st.learned == INF:
+        return r.capacity
+    if not st.growing:
+        return st.learned
+    return min(r.capacity, st.learned + (now - st.learned_at) / r.period)
+
+
+def _learned_hold(st: ConcurrencyState, r: Resolved, now: float, change: float) -> None:
+    """Change what a learned bucket holds: the growth so far is kept, and it grows from now
+    on only if the bucket is then full (no room for one more)."""
+    st.held = st.held + change
+    if st.learned != INF:
+        st.learned = concurrency_capacity(st, r, now)
+        st.learned_at = now
+        st.growing = st.held + 1 > st.learned
 
 
 def fit_time(v: View, r: Resolved, now: float, amount: float) -> float:
@@ -230,7 +256,7 @@ def take(
         assert st is None or isinstance(st, ConcurrencyState)
         if st is None:
             st = ConcurrencyState(0.0)
-        st.held = st.held + amount
+        _learned_hold(st, r, now, amount)
         st.hold(holder, amount, expiry)
         return st, 0.0
     return RampState(int(v.a), v.b + amount, v.c), v.a
@@ -278,7 +304,7 @@ def settle(
     if r.rule is Rule.CONCURRENCY:
         if isinstance(st, ConcurrencyState) and holder in st.holders:
             amount, _ = st.holders.pop(holder)
-            st.held = st.held - amount
+            _learned_hold(st, r, now, -amount)
         return st
     assert st is None or isinstance(st, RampState)
     idx, cur_used, prev_used = int(v.a), v.b, v.c
@@ -313,6 +339,15 @@ def observe(v: View, r: Resolved, now: float, remaining: float, reset_at: float)
         if remaining < v.available:
             return _rolling_add(st, int(v.a), v.available - remaining)
         return st
+    if r.rule is Rule.CONCURRENCY and r.period > 0 and isinstance(st, ConcurrencyState):
+        # The provider refused with st.held in flight (at most: ours count until settled) and
+        # room for ``remaining`` more. Only a refusal within the learned limit says the limit
+        # is too high; one above it was sent before the last cut and is old news.
+        seen = st.held + remaining
+        if 1 <= seen < concurrency_capacity(st, r, now):
+            st.learned = max(1.0, r.x[0] * seen)
+            st.learned_at = now
+            st.growing = st.held + 1 > st.learned
     return st
 
 

@@ -68,6 +68,11 @@ class BucketSpec:
 
     For RAMP, ``capacity`` is the floor: the allowance of an interval whatever the previous
     one used, so traffic can start from idle; ``dimension`` is what the ramp measures.
+
+    For CONCURRENCY with a ``period``, the limit is *learned* (B1 source "learned"; see
+    ``quotas.core.learned``): ``capacity`` is only its ceiling. A provider 429 that no known
+    limit explains (``observe`` with little remaining) cuts it to ``factor`` × the requests
+    then in flight; while it is full, it grows back by one request every ``period`` seconds.
     """
 
     name: str
@@ -101,6 +106,13 @@ class BucketSpec:
             raise ValueError(f"{self.name}: a rolling window needs at least one slice")
         if self.rule is Rule.RAMP and not self.factor > 0:
             raise ValueError(f"{self.name}: a ramp needs a positive factor")
+        if self.learned and not 0 < self.factor < 1:
+            raise ValueError(f"{self.name}: a learned concurrency limit cuts by a factor in (0, 1)")
+
+    @property
+    def learned(self) -> bool:
+        """A concurrency limit learned from the provider's 429s (its capacity is a ceiling)."""
+        return self.rule is Rule.CONCURRENCY and self.period > 0
 
 
 # The ``Usage`` field of each dimension ("" for total tokens, a sum), looked up in a dict:

@@ -96,7 +96,7 @@ def rule_numbers(spec: BucketSpec, now: float) -> Boundaries:
         return fixed_window_boundaries(now, spec.window, spec.resets_at, spec.timezone)
     if spec.rule is Rule.ROLLING_WINDOW:
         return float(spec.slices), 0.0, 0.0, 0.0
-    if spec.rule is Rule.RAMP:
+    if spec.rule is Rule.RAMP or spec.learned:
         return spec.factor, 0.0, 0.0, 0.0
     return 0.0, 0.0, 0.0, 0.0
 

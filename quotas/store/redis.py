@@ -375,6 +375,6 @@ class RedisReservationStore:
         self._learn_clock(f_(reply[0]), now)
         out = []
         for i, spec in enumerate(buckets):
-            avail, full_at, paused = (f_(v) for v in reply[1 + 3 * i : 4 + 3 * i])
-            out.append(BucketLevel(spec.name, spec.capacity, avail, full_at, paused))
+            avail, full_at, paused, capacity = (f_(v) for v in reply[1 + 4 * i : 5 + 4 * i])
+            out.append(BucketLevel(spec.name, capacity, avail, full_at, paused))
         return out

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from quotas.core.fairqueue import DEFAULT_BURST_TOKENS, Pumped, Queued, QueueReason, QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
 from quotas.core.keys import record_key
+from quotas.core.learned import refusal_unexplained
 from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.queue import IDLE_PUMP_GAP, MAX_JITTER
@@ -268,6 +269,28 @@ class SimAdmission:
                     self.store.observe(
                         spec, remaining=status.remaining, reset_at=now + status.reset_s, now=now
                     )
+
+    def observe_refusal(self, route: Route, request: SimRequest, limits: LimitStatus) -> None:
+        """A provider 429 that no limit in its headers explains cuts the provider's learned
+        concurrency limit (``quotas.core.learned``), as ``Broker.observe_refusal`` does.
+
+        The behaviour model also reports its concurrency; no header carries that, so the
+        gateway cannot see it and neither does this.
+        """
+        learned = [spec for spec in route.buckets if spec.learned]
+        if not learned:
+            return
+        output = min(request.max_tokens, route.endpoint.max_output)
+        asked = {"input_tokens": float(request.input_tokens), "output_tokens": float(output)}
+        reported = [
+            (status.remaining, asked.get(status.dimension, 1.0))
+            for status in limits.dimensions
+            if status.dimension != "concurrency"
+        ]
+        if refusal_unexplained(reported):
+            now = self.loop.now
+            for spec in learned:
+                self.store.observe(spec, remaining=0.0, now=now)
 
     def _forget_closed_leases(self, now: float) -> None:
         # The in-memory book keeps settled lease records until they are read again after their

@@ -48,6 +48,7 @@ class Options:
     seed: int | None = None  # None: experiment.seed
     params: RoutingParameters | None = None
     headroom_s: float | None = None  # None: the gateway's PROVIDER_HEADROOM_SECONDS
+    learn_concurrency: bool | None = None  # None: the gateway's LEARN_PROVIDER_CONCURRENCY
     compiled: str | None = None  # a compiled build's directory; None: the cores imported here
 
 
@@ -115,7 +116,9 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
     workers = options.workers or min(len(segments), mp.cpu_count())
     total = sum(s.end_s - s.start_s + DRAIN_S for s in segments)
     params = None if options.params is None else dataclasses.asdict(options.params)
-    settings = _SegmentSettings(options.scale, params, _headroom(options))
+    settings = _SegmentSettings(
+        options.scale, params, _headroom(options), _learn_concurrency(options)
+    )
     results: list[SegmentResult]
     jobs: list[tuple[Any, ...]]
     if options.compiled is not None:
@@ -248,6 +251,7 @@ class _SegmentSettings:
     scale: float
     params: dict[str, Any] | None  # RoutingParameters' fields: plain data crosses processes
     headroom_s: float
+    learn_concurrency: bool
 
 
 def _headroom(options: Options) -> float:
@@ -257,6 +261,15 @@ def _headroom(options: Options) -> float:
     from django.conf import settings
 
     return float(getattr(settings, "PROVIDER_HEADROOM_SECONDS", 1.0))
+
+
+def _learn_concurrency(options: Options) -> bool:
+    """The gateway's ``LEARN_PROVIDER_CONCURRENCY`` unless given."""
+    if options.learn_concurrency is not None:
+        return options.learn_concurrency
+    from django.conf import settings
+
+    return bool(getattr(settings, "LEARN_PROVIDER_CONCURRENCY", True))
 
 
 def _segment_job(
@@ -275,6 +288,7 @@ def _segment_job(
         scale=settings.scale,
         params=None if settings.params is None else RoutingParameters(**settings.params),
         headroom_s=settings.headroom_s,
+        learn_concurrency=settings.learn_concurrency,
         progress=_shared_progress if progress is None else progress,
     )
 

@@ -166,6 +166,8 @@ class SimGateway:
             return
         self.router.observe(route.endpoint.id, PROVIDER_REFUSED, now)
         request.provider_429 += 1
+        if rejection.retryable:
+            self.admission.observe_refusal(route, request, rejection.limits)
         retry_after = rejection.retry_after_header
         if retry_after is not None:
             self.admission.pause(route, float(retry_after))

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from gateway.configfile import Config
 from gateway.configfile.limits import LimitSpec
 from gateway.configfile.names import bucket_name, scope_name
+from quotas.core.learned import learned_concurrency, needs_learned_concurrency
 from quotas.core.model import BucketSpec, Rule
 from quotas.core.specs import RAMP_DEFAULT_FLOOR, bucket_spec_build, with_headroom
 from routing.core import EndpointConfig, ModelConfig, RoutingParameters
@@ -59,11 +60,14 @@ def market_build(
     params: RoutingParameters | None = None,
     workload: str = "interactive",
     headroom_s: float = 1.0,
+    learn_concurrency: bool = True,
 ) -> SimMarket:
     """Providers, buckets, endpoints and routes of the simulated market (traffic ``× scale``).
 
-    Provider refill buckets keep ``headroom_s`` of refill back, as the gateway's snapshot does
-    (``quotas.core.specs.with_headroom``, ``PROVIDER_HEADROOM_SECONDS``).
+    Provider refill buckets keep ``headroom_s`` of refill back, and providers with no
+    configured concurrency limit learn one (``learn_concurrency``), as the gateway's snapshot
+    does (``quotas.core.specs.with_headroom``, ``PROVIDER_HEADROOM_SECONDS``;
+    ``quotas.core.learned``, ``LEARN_PROVIDER_CONCURRENCY``).
     """
     if market.traffic is None:
         raise SwitchbackError("the market file has no traffic section")
@@ -86,6 +90,9 @@ def market_build(
             with_headroom(_bucket(scope, name, limit, scale), headroom_s)
             for limit in provider.limits
         )
+        if learn_concurrency and needs_learned_concurrency(buckets[name]):
+            learned = learned_concurrency(scope, f"{scope}:concurrency:learned")
+            buckets[name] = (*buckets[name], learned)
     parameters = params or RoutingParameters()
     models: list[ModelConfig] = []
     routes: dict[str, Route] = {}

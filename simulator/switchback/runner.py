@@ -58,13 +58,22 @@ def segment_run(
     scale: float,
     params: RoutingParameters | None = None,
     headroom_s: float = 1.0,
+    learn_concurrency: bool = True,
     progress: Any = None,
 ) -> SegmentResult:
     """Simulate one segment and return its blocks' measurements (deterministic per seed)."""
     started = time.perf_counter()
     assert market.traffic is not None
     rng = random.Random(f"switchback-{design.seed}-{segment.index}")
-    sim = market_build(config, market, scale=scale, rng=rng, params=params, headroom_s=headroom_s)
+    sim = market_build(
+        config,
+        market,
+        scale=scale,
+        rng=rng,
+        params=params,
+        headroom_s=headroom_s,
+        learn_concurrency=learn_concurrency,
+    )
     loop = EventLoop(ORIGIN + segment.start_s)
     router = Router(sim.models)
     store = MemoryReservationStore(

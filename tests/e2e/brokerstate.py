@@ -4,6 +4,8 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from quotas.core.learned import learned_concurrency
+from quotas.core.model import BucketSpec
 from quotas.models import Bucket
 from quotas.snapshot import bucket_spec
 from quotas.store.redis import RedisReservationStore
@@ -35,8 +37,17 @@ COLUMNS = (
 def bucket_available(stack, name: str) -> float:
     columns = ", ".join(f'"{column}"' for column in COLUMNS)
     [row] = stack.sql(f"select {columns} from quotas_bucket where name = %s", name)
-    spec = bucket_spec(Bucket(**dict(zip(COLUMNS, row, strict=True))))
+    return _available(stack, bucket_spec(Bucket(**dict(zip(COLUMNS, row, strict=True)))))
 
+
+def learned_available(stack, provider: str) -> float:
+    """The room in a provider's learned concurrency bucket (not a row: the snapshot adds it)."""
+    [(ident,)] = stack.sql("select id from routing_provider where name = %s", provider)
+    name = f"provider:{provider}:concurrency:learned"
+    return _available(stack, learned_concurrency(f"provider:{ident}", name))
+
+
+def _available(stack, spec: BucketSpec) -> float:
     async def read() -> float:
         client = Redis.from_url(stack.redis_url)
         try:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.brokerstate import bucket_available
+from tests.e2e.brokerstate import bucket_available, learned_available
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -57,6 +57,20 @@ MARKET = {
                 "m": {
                     "ttft_ms": {"median": 10, "p95": 20},
                     "tokens_per_s": {"median": 2000, "p05": 1000},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
+            # Three requests at a time, published nowhere: only its 429s can teach the broker.
+            "name": "theta",
+            "port": 9205,
+            "protocol": "openai",
+            "limits": {"concurrency": 3},
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 300, "p95": 400},
+                    "tokens_per_s": {"median": 100, "p05": 80},
                     "error_rate": 0.0,
                 }
             },
@@ -135,6 +149,12 @@ CONFIG = {
             "limits": [{"dimension": "requests", "capacity": 10, "per": "1s"}],
         },
         {
+            "name": "theta",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9205/v1",
+            "api_key_env": "ALPHA_API_KEY",
+        },
+        {
             "name": "zeta",
             "protocol": "openai",
             "base_url": "http://127.0.0.1:9203/v1",
@@ -149,6 +169,7 @@ CONFIG = {
         },
         {"slug": "broker/epsilon", "endpoints": [_endpoint("epsilon")]},
         {"slug": "broker/eta", "endpoints": [_endpoint("eta")]},
+        {"slug": "broker/theta", "endpoints": [_endpoint("theta")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
     ],
     "workload_classes": [
@@ -318,6 +339,37 @@ def test_it_sends_nothing_to_a_provider_before_its_retry_after(broker_stack):
     assert after["requests_ignoring_retry_after"] == 0
     refused = [r for r, _ in results if r.status_code == 429]
     assert all(r.headers.get("Retry-After") for r in refused)
+
+
+def test_it_learns_a_concurrency_limit_the_provider_does_not_publish(broker_stack):
+    """theta serves three requests at a time; its 429s name no exhausted limit, so the broker
+    learns a concurrency limit from them, and the next burst waits for slots instead."""
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return await asyncio.gather(
+                *(
+                    _post(client, broker_stack, KEYS["two"], _payload("broker/theta"))
+                    for _ in range(10)
+                )
+            )
+
+    def refused_by_theta() -> int:
+        return sum(sim_stats(broker_stack, "theta")["rate_limited"].values())
+
+    asyncio.run(burst())
+    first = refused_by_theta()
+    learned = learned_available(broker_stack, "theta")
+    time.sleep(1.5)  # theta's Retry-After (1 s) has passed: the next burst meets no pause
+    results = asyncio.run(burst())
+    second = refused_by_theta() - first
+    print(f"\ntheta 429s: first burst {first}, second {second}; learned room then {learned}")
+
+    assert first >= 5, "ten at once to three slots: the provider refused the excess"
+    # Cut to 0.9 × what was in flight, then one more every 5 s: near 3, far below the ceiling.
+    assert learned <= 4, "the learned limit follows what theta took"
+    assert second <= 2
+    assert sum(r.status_code == 200 for r, _ in results) >= 9
 
 
 def test_it_reconciles_streaming_usage_exactly_including_cached_tokens(broker_stack):

@@ -17,9 +17,12 @@ from django.utils import timezone
 from gateway.models import Generation
 from ops.levels import broker_spec
 from ops.selectors import SPANS, capacity_share, ledger_series, queue_series, window_of
+from quotas.core.learned import learned_concurrency
 from quotas.core.model import Usage
 from quotas.models import Bucket, Reservation
+from quotas.snapshot import learned_buckets
 from quotas.store.redis import RedisReservationStore
+from routing.models import Provider
 from tenants.models import Tenant
 from tests.personas import Personas, generation_create
 
@@ -154,6 +157,38 @@ def test_it_shows_live_levels_read_from_the_brokers_store(personas: Personas) ->
     html = page.content.decode()
     assert 'style="width: 25.0%"' in html and "25.0 %" in html
     assert ">shadow</span>" in html and "shared</span>" not in html
+
+
+def test_staff_see_the_concurrency_limit_the_broker_learned_for_a_provider(
+    personas: Personas,
+) -> None:
+    row(personas.acme, "g1", timezone.now() - timedelta(minutes=2), provider="gamma")
+    row(personas.acme, "a1", timezone.now() - timedelta(minutes=2), provider="alpha")
+    gamma = Provider.objects.get(name="gamma")
+    [learned] = learned_buckets([gamma], {})
+    spec = broker_spec(learned)
+    # The very bucket the broker reserves in (and the switchback simulation builds).
+    assert spec == learned_concurrency(f"provider:{gamma.id}", learned.name)
+
+    async def refused_with_three_in_flight() -> None:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        try:
+            store = RedisReservationStore(client, prefix=settings.REDIS_PREFIX)
+            await store.bootstrap()
+            for k in range(3):
+                await store.reserve(f"test-learned:{k}", [spec], Usage(), lease_seconds=300)
+            await store.observe(spec, remaining=0.0)  # gamma's 429, nothing explained it
+        finally:
+            await client.aclose()
+
+    asyncio.run(refused_with_three_in_flight())
+    levels = levels_by_name(personas.client(personas.staff).get(saturation("acme")))
+
+    gamma_row = levels["provider:gamma:concurrency:learned"]
+    assert gamma_row.capacity == pytest.approx(0.9 * 3, abs=0.5)  # (full: it grows 1 per 5 s)
+    assert gamma_row.state == "full" and gamma_row.shared
+    assert gamma_row.rule == "learned from the provider's 429s"
+    assert "provider:alpha:concurrency:learned" not in levels  # alpha's limit is configured
 
 
 def test_it_says_so_when_the_live_levels_cannot_be_read(personas: Personas) -> None:

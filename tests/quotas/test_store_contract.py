@@ -40,6 +40,10 @@ DAY = BucketSpec(
 SPEND = BucketSpec("spend", "tenant:acme", Dimension.SPEND, Rule.ROLLING_WINDOW, 10, period=18000)
 RAMP = BucketSpec("ramp", "provider:beta", Dimension.REQUESTS, Rule.RAMP, 3, period=60, factor=2)
 ITPM = BucketSpec("itpm", "provider:beta", Dimension.INPUT_TOKENS, Rule.REFILL, 20000, 60)
+# Learned (period: regrowth per request, factor: the cut); 8 is only its ceiling.
+LEARNED = BucketSpec(
+    "learned", "provider:gamma", Dimension.CONCURRENCY, Rule.CONCURRENCY, 8, period=5, factor=0.5
+)
 ALL = [RPM, CONC, DAY, SPEND, RAMP, ITPM]
 DEMAND = Usage(input_tokens=1000, output_tokens=500, spend=1.5)
 
@@ -173,6 +177,37 @@ def test_it_lowers_a_bucket_from_provider_headers_but_never_raises_it(store):
     assert store.observe(DAY, remaining=4000, now=T0) == 1000
 
 
+def test_it_cuts_a_learned_concurrency_limit_at_a_provider_refusal_and_regrows_it(store):
+    grants = [
+        store.reserve(f"r{i}", [LEARNED], Usage(), now=T0, lease_seconds=600) for i in range(5)
+    ]
+    # The provider refused r4 with four others in flight; the gateway released it first.
+    store.release(grants[4], now=T0 + 1)
+    assert store.observe(LEARNED, remaining=0, now=T0 + 1) == 0.5 * 4 - 4
+    # Refusals of requests sent before the cut are old news: no second cut. Being full, the
+    # limit grows by one request every 5 s.
+    assert store.observe(LEARNED, remaining=0, now=T0 + 1.5) == 2 + 0.5 / 5 - 4
+    refusal = store.reserve("late", [LEARNED], Usage(), now=T0 + 2)
+    assert isinstance(refusal, Refusal) and refusal.reason is Reason.BUCKET_EXHAUSTED
+    for grant in grants[:3]:
+        store.reconcile(grant, Usage(), now=T0 + 3)
+    # With room to spare it does not grow: idle time proves nothing about the provider.
+    assert avail(store, [LEARNED], T0 + 3) == [2.4 - 1]
+    assert store.levels([LEARNED], now=T0 + 3)[0].capacity == 2.4  # what pages show
+    assert avail(store, [LEARNED], T0 + 100) == [2.4 - 1]
+    # Full again, it grows again, up to the ceiling.
+    store.reserve("busy", [LEARNED], Usage(), now=T0 + 100, lease_seconds=600)
+    assert avail(store, [LEARNED], T0 + 110) == [2.4 + 10 / 5 - 2]
+    assert avail(store, [LEARNED], T0 + 200) == [8 - 2]
+
+
+def test_it_learns_nothing_from_a_refusal_with_nothing_in_flight(store):
+    assert store.observe(LEARNED, remaining=0, now=T0) == 8
+    grant = store.reserve("only", [LEARNED], Usage(), now=T0)
+    store.release(grant, now=T0 + 1)
+    assert store.observe(LEARNED, remaining=0, now=T0 + 1) == 8
+
+
 def test_it_grants_conservatively_after_losing_its_state_then_learns(store):
     conc_grant = store.reserve("inflight", [CONC, RPM], Usage(), now=T0, lease_seconds=5)
     store.lose_state()
@@ -209,6 +244,9 @@ op = st.one_of(
 )
 
 
+REPLAYED = [*ALL, LEARNED]
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -227,7 +265,7 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
             for s in (memory, redis_store):
                 if kind == "reserve":
                     demand = Usage(input_tokens=amount, output_tokens=amount / 2, spend=extra)
-                    results.append(s.reserve(f"r{i % 7}", ALL, demand, now=now))
+                    results.append(s.reserve(f"r{i % 7}", REPLAYED, demand, now=now))
                 elif kind in ("reconcile", "release", "renew") and grants:
                     g = grants[-1 - i % min(3, len(grants))]
                     if kind == "reconcile":
@@ -242,14 +280,14 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
                 elif kind == "lose":
                     s.lose_state()
                 elif kind == "observe":
+                    spec = REPLAYED[i % len(REPLAYED)]
+                    remaining = amount % 3 if spec is LEARNED else amount
                     results.append(
-                        s.observe(
-                            ALL[i % len(ALL)], remaining=amount, reset_at=now + extra, now=now
-                        )
+                        s.observe(spec, remaining=remaining, reset_at=now + extra, now=now)
                     )
                 elif kind == "charge":
                     s.charge([(DAY, float(amount)), (SPEND, extra), (ITPM, float(amount))], now=now)
-                results.append(s.levels(ALL, now=now))
+                results.append(s.levels(REPLAYED, now=now))
             half = len(results) // 2
             assert results[:half] == results[half:], (kind, i)
             if kind == "reserve" and isinstance(results[0], Grant):

@@ -58,7 +58,13 @@ traffic:
 
 
 class Harness:
-    def __init__(self, config: str = CONFIG, market: str = MARKET, strategy: str = "price_only"):
+    def __init__(
+        self,
+        config: str = CONFIG,
+        market: str = MARKET,
+        strategy: str = "price_only",
+        learn_concurrency: bool = True,
+    ):
         self.loop = EventLoop(1000.0)
         sim = market_build(
             config_parse(yaml.safe_load(config)),
@@ -67,6 +73,7 @@ class Harness:
             rng=random.Random(1),
             origin=1000.0,
             headroom_s=0.0,  # exact bucket sizes keep these scenarios easy to follow
+            learn_concurrency=learn_concurrency,
         )
         self.router = Router(sim.models, default_strategy=strategy)
         self.store = MemoryReservationStore(clock=lambda: self.loop.now, lease_seconds=LEASE_S)
@@ -181,6 +188,27 @@ def test_it_pauses_a_provider_after_its_429_and_falls_back():
     assert (second.provider_429, second.attempts) == (1, 2)  # fell back to a
     assert (third.provider_429, third.broker_refusals, third.attempts) == (0, 1, 1)
     assert h.stats.served == 3
+
+
+def test_it_learns_the_concurrency_limit_a_provider_does_not_publish():
+    # b is the cheaper one; its concurrency of 1 is unknown to the gateway. A request every
+    # 0.5 s for two minutes, each 2.5 s long at b: b is over its limit all the time.
+    config = CONFIG.replace(
+        "input: 1.00, cached_input: 1.00, output: 2.00",
+        "input: 0.01, cached_input: 0.01, output: 0.02",
+    )
+
+    def provider_429s(learn_concurrency: bool) -> int:
+        h = Harness(config=config, strategy="price", learn_concurrency=learn_concurrency)
+        for k in range(240):
+            h.send(1000.0 + 0.5 * k)
+        h.loop.run(1300.0)
+        return h.behaviours["b"].counters.rate_limited["concurrency"]
+
+    told, learned = provider_429s(False), provider_429s(True)
+    assert told >= 100  # nearly every request meets a 429 there before it falls back
+    # It waits for b's slot instead, and meets a 429 only when the limit grows past 1 (each 5 s).
+    assert learned <= told / 5
 
 
 def test_it_keeps_a_conversation_where_its_cache_is_warm():

@@ -11,8 +11,9 @@
 -- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
 -- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
--- concurrency held/h:<id>, ramp cur/cur_used/prev_used; 'exp' = until when the key's TTL is
--- known to run (TTLs only ever drop state that no longer matters, so they are set lazily).
+-- concurrency held/h:<id> (learned limits also lc as of lt, lg = growing), ramp
+-- cur/cur_used/prev_used; 'exp' = until when the key's TTL is known to run (TTLs only ever
+-- drop state that no longer matters, so they are set lazily).
 
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
@@ -125,11 +126,17 @@ local function view(p, key, hkey, now, born, limit)
     return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
             lo = lo, hi = hi}
   elseif p.rule == 'concurrency' then
-    local h = redis.call('HMGET', key, 'held', 'exp')
+    local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg')
     if not h[1] then
-      return {exists = false, avail = p.cap, held = 0}
+      return {exists = false, avail = p.cap, held = 0, cap = p.cap}
     end
     local held = tonumber(h[1])
+    -- A learned limit (period > 0): lc as of lt, growing one per period while lg (it was full).
+    local cap, learned = p.cap, h[3] ~= false
+    if learned then
+      cap = tonumber(h[3])
+      if h[5] == '1' then cap = math.min(p.cap, cap + (now - tonumber(h[4])) / p.period) end
+    end
     local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
     if #due > 0 then
       for _, id in ipairs(due) do
@@ -141,7 +148,8 @@ local function view(p, key, hkey, now, born, limit)
       end
       redis.call('HSET', key, 'held', held)
     end
-    return {exists = true, exp = num(h[2]), avail = p.cap - held, held = held}
+    return {exists = true, exp = num(h[2]), avail = cap - held, held = held, cap = cap,
+            learned = learned}
   end
   -- ramp
   local idx = math.floor(now / p.period)
@@ -259,6 +267,14 @@ local function hold(key, hkey, exp, held, id, amount, expiry, now)
   end
 end
 
+-- A learned limit keeps its growth so far when what it holds changes, and grows from now on
+-- only if it is then full (core buckets._learned_hold).
+local function learned_hold(key, v, held, now)
+  local lg = '0'
+  if held + 1 > v.cap then lg = '1' end
+  redis.call('HSET', key, 'lc', v.cap, 'lt', now, 'lg', lg)
+end
+
 -- take: the caller checked that amount fits. Returns the marker (window/slice/interval).
 local function take(p, v, key, hkey, now, amount, id, expiry)
   if p.rule == 'refill' then
@@ -272,20 +288,24 @@ local function take(p, v, key, hkey, now, amount, id, expiry)
     return v.a
   elseif p.rule == 'concurrency' then
     hold(key, hkey, v.exp, v.held + amount, id, amount, expiry, now)
+    if v.learned then learned_hold(key, v, v.held + amount, now) end
     return 0
   end
   write_ramp(p, key, v, v.b + amount, v.c)
   return v.a
 end
 
+-- Returns what is held afterwards, or nil if id held nothing.
 local function release_holder(key, hkey, id, held)
   local f = 'h:' .. id
   local amount = redis.call('HGET', key, f)
-  if not amount then return end
+  if not amount then return nil end
   if held == nil then held = tonumber(redis.call('HGET', key, 'held')) end
   redis.call('HDEL', key, f)
   redis.call('ZREM', hkey, id)
-  redis.call('HSET', key, 'held', held - tonumber(amount))
+  held = held - tonumber(amount)
+  redis.call('HSET', key, 'held', held)
+  return held
 end
 
 -- settle: replace taken by actual (give back to a still-current window, charge overage).
@@ -314,7 +334,10 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
       end
     end
   elseif p.rule == 'concurrency' then
-    if v.exists then release_holder(key, hkey, id, v.held) end
+    if v.exists then
+      local held = release_holder(key, hkey, id, v.held)
+      if held and v.learned then learned_hold(key, v, held, now) end
+    end
   else
     if marker == v.a then
       write_ramp(p, key, v, math.max(0, v.b + diff), v.c)
