@@ -12,18 +12,22 @@ from __future__ import annotations
 import math
 
 from routing.core.parameters import RoutingParameters
-from routing.core.stats import median
+from routing.core.stats import lower_median
 
 
 def far_above_peers(values: list[float], ratio: float, margin: float) -> list[bool]:
-    """For each value: is it above ``ratio`` × the median of the others + ``margin``?"""
+    """For each value: is it above ``ratio`` × the others' (lower) median + ``margin``?
+
+    The lower median: of two peers, the healthier. Their mean would let one peer's bad
+    spell — a trickle with one fault in it — lift the bar for everyone else (G7, G11).
+    """
     flags = []
     for i, value in enumerate(values):
         peers = values[:i] + values[i + 1 :]
         if not peers:
             flags.append(False)
             continue
-        flags.append(value > ratio * median(peers, 0.0) + margin)
+        flags.append(value > ratio * lower_median(peers, 0.0) + margin)
     return flags
 
 
@@ -47,7 +51,7 @@ def breaker_open(
         if opened[i] or not probation[i]:
             continue
         peers = fault_rates[:i] + fault_rates[i + 1 :]
-        threshold = params.breaker_ratio * median(peers, 0.0) + params.breaker_margin
+        threshold = params.breaker_ratio * lower_median(peers, 0.0) + params.breaker_margin
         opened[i] = bool(peers) and held_rates[i] > threshold
     return opened
 

@@ -58,13 +58,14 @@ class RoutingParameters:
     max_failure_rate: float = 0.95
 
     # --- breaker (G7) and quality flag (G8) ---
-    # Open when rate > breaker_ratio × peers' median + breaker_margin.
+    # Open when rate > breaker_ratio × peers' (lower) median + breaker_margin.
     breaker_ratio: float = 3.0
     breaker_margin: float = 0.05
-    # Hysteresis: an open breaker closes only when the fault rate, weighed with this many
-    # pseudo-attempts of the model's rate (instead of prior_attempts), is back under the
-    # threshold. Failing probes keep it open; without probes the evidence fades and it retries
-    # after a few fast half-lives — not as soon as the evidence is too thin to reopen it.
+    # Hysteresis: an open breaker closes only when the recent fault rate (backoff window),
+    # weighed with this many pseudo-attempts of the model's rate (instead of prior_attempts),
+    # is back under the threshold. Failing probes keep it open; without probes the evidence
+    # fades and it retries after several backoff half-lives — not as soon as the evidence is
+    # too thin to reopen it, nor, for a busy endpoint, only after the fast window forgets.
     breaker_hold_prior: float = 1.0
     quality_flag_ratio: float = 3.0
     quality_flag_margin: float = 0.05

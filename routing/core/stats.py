@@ -299,6 +299,14 @@ def median(values: list[float], default: float) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
+def lower_median(values: list[float], default: float) -> float:
+    """The median, or of an even count the lower middle value: the healthier half's figure,
+    which one failing endpoint of two cannot move (a mean of the two would be half its rate)."""
+    if not values:
+        return default
+    return sorted(values)[(len(values) - 1) // 2]
+
+
 def model_figures(
     states: list[State],
     traffic: State,
@@ -308,7 +316,8 @@ def model_figures(
     default_input_tokens: float,
     default_output_tokens: float,
 ) -> ModelFigures:
-    """The model's typical figures: medians over endpoints with data, else the defaults."""
+    """The model's typical figures: medians over endpoints with data (the fault rate: the lower
+    median of shrunk rates), else the defaults."""
     ttft, tps, hit, fault, limited, bad, wait = [], [], [], [], [], [], []
     p = params
     for state in states:
@@ -319,7 +328,12 @@ def model_figures(
         if n >= 1.0:
             limited.append(rl / n)
             if n - rl >= 1.0:
-                fault.append(state.get("flt", 0.0) * d_fast / (n - rl))
+                # Shrunk toward the default: a trickle (a floor's few attempts) with one fault
+                # in it would otherwise read as 20 % or more and, as the model's figure, raise
+                # every endpoint's prior and the breaker's threshold (G7) with it.
+                w = p.prior_attempts
+                flt = state.get("flt", 0.0) * d_fast
+                fault.append((flt + w * p.default_fault_rate) / (n - rl + w))
         if rl >= 1.0:
             wait.append(state.get("rlt", 0.0) / state.get("rl", 1.0))
         if state.get("ok", 0.0) * d_speed >= 1.0:
@@ -339,7 +353,7 @@ def model_figures(
         ttft_s=median(ttft, p.default_ttft_s),
         tokens_per_s=median(tps, p.default_tokens_per_s),
         cache_hit_rate=median(hit, p.default_cache_hit_rate),
-        fault_rate=median(fault, p.default_fault_rate),
+        fault_rate=lower_median(fault, p.default_fault_rate),
         rate_limited_rate=median(limited, p.default_rate_limited_rate),
         bad_output_rate=median(bad, p.default_bad_output_rate),
         rate_limit_wait_s=median(wait, p.default_rate_limit_wait_s),

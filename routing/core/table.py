@@ -103,13 +103,17 @@ class ModelTable:
 def _held_fault_rate(
     state: State, figures: ModelFigures, now: float, params: RoutingParameters
 ) -> float:
-    """The fault rate with ``breaker_hold_prior`` pseudo-attempts: what keeps a breaker open."""
-    d = decay_factor(now - state.get("t", now), params.fast_half_life_s)
-    answered = max(state.get("n", 0.0) - state.get("rl", 0.0), 0.0) * d
+    """The recent fault rate with ``breaker_hold_prior`` pseudo-attempts: what keeps a breaker
+    open. Recent: over the backoff window, so that how long a breaker holds after its endpoint
+    recovered grows little with how busy the endpoint was before (G11)."""
+    d = decay_factor(now - state.get("t", now), params.backoff_half_life_s)
+    limited = state.get("brl", 0.0)
+    answered = max(state.get("bn", 0.0) - limited, 0.0) * d
+    faults = max(state.get("bf", 0.0) - limited, 0.0) * d
     weight = params.breaker_hold_prior
     if answered + weight <= 0.0:
         return figures.fault_rate
-    return (state.get("flt", 0.0) * d + weight * figures.fault_rate) / (answered + weight)
+    return (faults + weight * figures.fault_rate) / (answered + weight)
 
 
 def table_build(

@@ -9,6 +9,10 @@ from concurrent clients.
 The endpoint's share is its share of *attempts*, counted by the simulator (``GET /_stats``):
 the gateway retries a failed attempt on the next endpoint, so clients mostly see 200s, and the
 share of answers served (``x-switchyard-provider``) is reported alongside.
+
+The scenario leaves nothing to a cold start: every endpoint is measured before the clients start
+(see ``prime``), so the shares before the incident are the router's settled ones, not how far
+its first tries happened to get; and the incident is always at beta (see ``DOWN``).
 """
 
 from __future__ import annotations
@@ -30,10 +34,17 @@ from tests.stack import Stack, free_port
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MODEL, UPSTREAM = "acme/chat-large", {"alpha": "chat-large", "beta": "chat-large-fast"}
+# The incident is at beta, the fastest endpoint: with answers this short its speed outweighs its
+# price, so it takes the largest share (most of the traffic to move, a drop clear of the noise).
+# Chosen as "the largest share after the warm-up", it depended on how soon the cold router had
+# first tried beta: if not yet, alpha held most of the traffic, got the incident, and could never
+# come back to half of a share it had held only while beta was untried.
+DOWN = "beta"
 # Time constants halved (fast window 30 → 15 s: the breaker's and the backoff's memory), so the
 # 5-minute recovery bound becomes 150 s; the 30 s drop bound is kept as it is. Shorter still, an
-# open breaker's re-test (after ~4 fast half-lives without news, G10 "recovery is noticed")
-# would fall inside the incident and its burst would be most of the measured share.
+# open breaker's re-test (once its evidence has faded without news: about 4 fast half-lives
+# after it opened, G10 "recovery is noticed") would fall inside the incident and its burst
+# would be most of the measured share.
 SHORTENED = {
     "fast_half_life_s": 15.0,
     "backoff_half_life_s": 5.0,
@@ -44,6 +55,7 @@ FACTOR = RoutingParameters().fast_half_life_s / SHORTENED["fast_half_life_s"]
 RECOVERY_BOUND = 300.0 / FACTOR
 DROP_BOUND = 30.0
 CLIENTS, PERIOD = 9, 1.0  # ≈ 9 requests/s: under alpha's and gamma's limits, above beta's alone
+PRIME = 5  # streamed answers from each endpoint before the clients start
 WARM_UP, INCIDENT = 15.0, 35.0
 SAMPLE_EVERY = 0.5
 DROP_WINDOW, RECOVERY_WINDOW = 5.0, 10.0
@@ -81,7 +93,8 @@ class Traffic:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.t0 = time.monotonic()
-        self.answers: list[tuple[float, int, str | None]] = []  # (t, status, provider)
+        # (t, status, provider, the G15 route explanation: its plan's winner and demotions)
+        self.answers: list[tuple[float, int, str | None, str]] = []
         self.samples: list[tuple[float, dict[str, int]]] = []  # (t, attempts so far)
         self.stop_at = math.inf
         self.recovered_when = None
@@ -110,9 +123,10 @@ class Traffic:
                 )
                 await response.aread()
                 provider = response.headers.get("x-switchyard-provider")
-                self.answers.append((self.now(), response.status_code, provider))
+                route = response.headers.get("x-switchyard-route", "")
+                self.answers.append((self.now(), response.status_code, provider, route))
             except httpx.HTTPError:
-                self.answers.append((self.now(), 0, None))
+                self.answers.append((self.now(), 0, None, ""))
             pause = PERIOD * rng.uniform(0.8, 1.2) - (self.now() - started)
             await asyncio.sleep(max(0.0, pause))
 
@@ -141,23 +155,63 @@ class Traffic:
         return (counts[provider] / total if total else 0.0), total
 
     def served_share(self, provider: str, start: float, end: float) -> tuple[float, int]:
-        served = [p for t, status, p in self.answers if start <= t < end and status == 200]
+        served = [p for t, status, p, _ in self.answers if start <= t < end and status == 200]
         return (served.count(provider) / len(served) if served else 0.0), len(served)
+
+    def plans(self, provider: str, start: float, end: float) -> tuple[int, int, float]:
+        """(plans with ``provider`` behind its breaker, plans it won but did not serve, the
+        last time one was behind its breaker): whether the router or admission held it back."""
+        behind, diverted, last = 0, 0, math.nan
+        for t, status, served, route in self.answers:
+            if not start <= t < end:
+                continue
+            if f"@{provider}:breaker" in route:
+                behind, last = behind + 1, t
+            elif f"winner={provider} " in route and status == 200 and served != provider:
+                diverted += 1
+        return behind, diverted, last
+
+
+async def prime(stack: Stack, http: httpx.AsyncClient) -> None:
+    """Streamed answers from every endpoint, so the router has measured each one's speed (G4).
+
+    A cold router prices an endpoint it has not tried at the model's default figures: beta then
+    looks dear and gets only its floor until a trickle happens to reach it, which left its share
+    after the warm-up anywhere between its floor and its settled share.
+    """
+
+    async def one(provider: str) -> None:
+        response = await http.post(
+            f"{stack.base_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Tell me a story."}],
+                "max_tokens": 50,
+                "stream": True,
+                "provider": {"only": [provider]},
+            },
+        )
+        await response.aread()
+        assert response.status_code == 200, response.text
+
+    for _ in range(PRIME):
+        await asyncio.gather(*(one(p) for p in PROVIDERS))
 
 
 async def run(stack: Stack) -> dict[str, float | str]:
-    traffic = Traffic(stack)
     figures: dict[str, float | str] = {}
     limits = httpx.Limits(max_connections=CLIENTS + 4)
     async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+        await prime(stack, http)
+        traffic = Traffic(stack)
         tasks = [asyncio.create_task(traffic.client(http, n)) for n in range(CLIENTS)]
         tasks.append(asyncio.create_task(traffic.sampler(http)))
         try:
             await asyncio.sleep(WARM_UP)
-            # The endpoint with the largest normal share, so the drop is clear of the noise.
-            pre = {p: traffic.share(p, 5.0, WARM_UP)[0] for p in UPSTREAM}
-            down = max(pre, key=pre.get)
-            figures.update({f"pre_{p}": pre[p] for p in PROVIDERS if p in pre}, down=down)
+            pre = {p: traffic.share(p, 5.0, WARM_UP)[0] for p in PROVIDERS}
+            down = DOWN
+            figures.update({f"pre_{p}": pre[p] for p in PROVIDERS}, down=down)
             started = traffic.now()
             response = await http.post(
                 f"{stack.sim_url(down)}/_incident",
@@ -205,12 +259,18 @@ def test_it_moves_traffic_off_a_failing_endpoint_to_the_floor_and_back(incident_
     served_during, n_served = traffic.served_share(down, started + min(took, DROP_BOUND), ended)
     recovered = figures.get("recovered", math.inf) - ended
     back, _ = traffic.share(down, ended + recovered - RECOVERY_WINDOW, ended + recovered)
-    errors = sum(1 for _, status, _ in traffic.answers if status != 200)
+    behind, diverted, last_behind = traffic.plans(
+        down, ended, ended + min(recovered, RECOVERY_BOUND)
+    )
+    errors = sum(1 for _, status, _, _ in traffic.answers if status != 200)
+    others = ", ".join(f"{p} {figures[f'pre_{p}']:.3f}" for p in PROVIDERS if p != down)
     print(
-        f"\nincident at {down}: attempt share before {pre:.3f}; fell to {first_share:.3f} "
-        f"{took:.1f} s after the start; during {during:.4f} over {n_during} attempts "
-        f"(served {served_during:.4f}; floor {FLOOR} + {tolerance(n_during):.4f}); back to "
-        f"≥ {0.5 * pre:.3f} {recovered:.1f} s after the end ({back:.3f} then); "
+        f"\nincident at {down}: attempt share before {pre:.3f} ({others}); fell to "
+        f"{first_share:.3f} {took:.1f} s after the start; during {during:.4f} over {n_during} "
+        f"attempts (served {served_during:.4f}; floor {FLOOR} + {tolerance(n_during):.4f}); "
+        f"back to ≥ {0.5 * pre:.3f} {recovered:.1f} s after the end ({back:.3f} then; until "
+        f"then {behind} plans had it behind its breaker, the last {last_behind - ended:.1f} s "
+        f"after the end, and {diverted} served elsewhere though it won); "
         f"{len(traffic.answers)} requests, {errors} not 200"
     )
 
