@@ -59,14 +59,18 @@ def run_against_a_hidden_limit(limit: int, *, clients: int, seconds: float, serv
             book.settle(grants.pop(client), Usage(), now=now)
             heapq.heappush(events, (now, next(order), "try", client))
             continue
+        if kind == "refused":  # the gateway releases first, then tells the broker
+            book.settle(grants.pop(client), None, now=now)
+            book.observe(learned, remaining=0.0, reset_at=0.0, now=now)
+            heapq.heappush(events, (now + 0.05, next(order), "try", client))
+            continue
         grant = book.reserve(f"{client}-{now}", [learned], Usage(), now=now, lease_seconds=60.0)
         if not isinstance(grant, Grant):  # the broker holds it back: wait for a slot
             heapq.heappush(events, (now + 0.05, next(order), "try", client))
-        elif in_flight >= limit:  # the provider's 429, after a round trip
+        elif in_flight >= limit:  # the provider's 429 comes back after a round trip
             refused += 1
-            book.settle(grant, None, now=now + 0.05)
-            book.observe(learned, remaining=0.0, reset_at=0.0, now=now + 0.05)
-            heapq.heappush(events, (now + 0.1, next(order), "try", client))
+            grants[client] = grant
+            heapq.heappush(events, (now + 0.05, next(order), "refused", client))
         else:
             in_flight += 1
             grants[client] = grant
@@ -85,6 +89,7 @@ def test_it_settles_near_a_hidden_limit_and_turns_most_429s_into_waits():
 
 def test_it_keeps_small_hidden_limits_busy_too():
     answers, refused, busy = run_against_a_hidden_limit(3, clients=10, seconds=300.0, service_s=1.0)
-    # One step of the climb is a third of the limit here, so a 429 comes every climb (≈ 7 s).
-    assert refused <= 0.06 * answers
+    # One step of the climb is a third of the limit here: from the cut (2.7) it is past 3 again
+    # in 6.5 s, about 20 answers, and then meets a 429 or two.
+    assert refused <= 0.08 * answers
     assert busy >= 0.9 * 3
