@@ -210,7 +210,7 @@ ROUTING_SYNC_INTERVAL = env_float("ROUTING_SYNC_INTERVAL", 1.0)
 # of dispatch delays between our grant and the provider's count (quotas/snapshot.py).
 PROVIDER_HEADROOM_SECONDS = env_float("PROVIDER_HEADROOM_SECONDS", 1.0)
 # A provider account with no configured concurrency limit learns one from the 429s no known
-# limit explains (quotas/core/learned.py).
+# limit explains (quotas/core/learned.py); each provider may opt out (learn_concurrency).
 LEARN_PROVIDER_CONCURRENCY = env_bool("LEARN_PROVIDER_CONCURRENCY", True)
 # E3: how long an Idempotency-Key is remembered after its first request (seconds).
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)

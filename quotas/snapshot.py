@@ -92,7 +92,8 @@ def learned_buckets(
             source=Bucket.Source.LEARNED,
         )
         for provider in providers
-        if needs_learned_concurrency(configured.get(("provider", provider.id), ()))
+        if provider.learn_concurrency
+        and needs_learned_concurrency(configured.get(("provider", provider.id), ()))
     ]
 
 

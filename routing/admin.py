@@ -37,7 +37,14 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Provider
-        fields = ["name", "protocol", "base_url", "cache_ttl_seconds", "is_active"]
+        fields = [
+            "name",
+            "protocol",
+            "base_url",
+            "cache_ttl_seconds",
+            "learn_concurrency",
+            "is_active",
+        ]
 
 
 @admin.register(Provider)
@@ -52,6 +59,7 @@ class ProviderAdmin(ConfigModelAdmin):
         "api_key",
         "clear_api_key",
         "cache_ttl_seconds",
+        "learn_concurrency",
         "is_active",
     ]
     list_display = [

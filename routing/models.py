@@ -31,6 +31,14 @@ class Provider(models.Model):
     api_key_encrypted = models.TextField(blank=True, default="", editable=False)
     # G12: a conversation stays on this provider while its prompt cache is warm.
     cache_ttl_seconds = models.FloatField(default=300.0)
+    # B1: without a configured concurrency limit, one is learned from the 429s that no limit in
+    # their headers explains (quotas/core/learned.py). Off for a provider whose 429s carry no
+    # rate-limit headers at all, if its token limits should not be read as concurrency.
+    learn_concurrency = models.BooleanField(
+        default=True,
+        help_text="Learn a concurrency limit from 429s that no configured limit explains "
+        "(only while no concurrency limit is configured).",
+    )
     is_active = models.BooleanField(default=True)
 
     class Meta:

@@ -161,6 +161,7 @@ class _Writer:
                 "protocol": spec.protocol,
                 "base_url": spec.base_url,
                 "cache_ttl_seconds": spec.cache_ttl_seconds,
+                "learn_concurrency": spec.learn_concurrency,
                 "is_active": spec.is_active,
             }
             if spec.api_key_env:

@@ -51,6 +51,7 @@ class ProviderSpec:
     base_url: str
     api_key_env: str
     cache_ttl_seconds: float
+    learn_concurrency: bool
     is_active: bool
     limits: list[LimitSpec]
 
@@ -191,6 +192,7 @@ def parse_provider(s: Section) -> ProviderSpec:
         base_url=s.field("base_url", url),
         api_key_env=s.field("api_key_env", env_name, ""),
         cache_ttl_seconds=s.field("cache_ttl", duration, 300.0),
+        learn_concurrency=s.field("learn_concurrency", boolean, True),
         is_active=s.field("active", boolean, True),
         limits=s.sections("limits", parse_limit),
     )

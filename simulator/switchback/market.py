@@ -90,7 +90,8 @@ def market_build(
             with_headroom(_bucket(scope, name, limit, scale), headroom_s)
             for limit in provider.limits
         )
-        if learn_concurrency and needs_learned_concurrency(buckets[name]):
+        learns = learn_concurrency and provider.learn_concurrency
+        if learns and needs_learned_concurrency(buckets[name]):
             learned = learned_concurrency(scope, f"{scope}:concurrency:learned")
             buckets[name] = (*buckets[name], learned)
     parameters = params or RoutingParameters()

@@ -15,6 +15,7 @@ from gateway.configfile import ConfigError
 from gateway.configfile.apply import KINDS, config_load
 from gateway.management.commands import loadconfig
 from quotas.models import Bucket, WorkloadClass
+from quotas.snapshot import quota_snapshot_build
 from routing.models import Endpoint, Model, Provider
 from tenants.keys import key_hash, key_matches, key_prefix
 from tenants.models import ApiKey, App, Partner, Team, Tenant
@@ -117,6 +118,25 @@ def test_it_maps_every_field(reference_path: Path, redis_prefix: str) -> None:
     globex = Tenant.objects.get(name="globex")
     assert globex.partner == Partner.objects.get(name="resellerco")
     assert App.objects.get(name="indexer").default_workload.name == "background"
+
+
+def test_it_learns_the_concurrency_of_providers_that_configure_none_unless_told_not_to(
+    reference_path: Path, tmp_path: Path, redis_prefix: str
+) -> None:
+    data = reference_data(reference_path)
+    [gamma] = [p for p in data["providers"] if p["name"] == "gamma"]
+    gamma["learn_concurrency"] = False
+    config_load(write(tmp_path, data), env=ENV)
+
+    assert not Provider.objects.get(name="gamma").learn_concurrency
+    learned = [
+        b.spec.name
+        for buckets in quota_snapshot_build().buckets.values()
+        for b in buckets
+        if b.spec.learned
+    ]
+    # alpha configures its concurrency (64), gamma is told not to learn: only beta learns.
+    assert learned == ["provider:beta:concurrency:learned"]
 
 
 def test_it_stores_key_secrets_as_hashes_that_authenticate(
