@@ -286,7 +286,11 @@ async def _serve(
     while True:
         admitted = await admit(call, snapshot, body, candidates, broker)
         call.attempts += 1
-        attempt = await _dispatch(call, body, admitted, broker)
+        try:
+            attempt = await _dispatch(call, body, admitted, broker)
+        except asyncio.CancelledError:  # the client left: the upstream call went with it
+            await _abandoned(call, admitted, broker)
+            raise
         metrics.ATTEMPTS.labels(
             admitted.endpoint.provider.name,
             attempt.failure.outcome.value if attempt.failure else "ok",
@@ -350,6 +354,20 @@ async def _dispatch(
         return await send
     async with broker.held(admitted.grant):
         return await send
+
+
+async def _abandoned(call: Call, admitted: Admitted, broker: Broker) -> None:
+    """C10: the client left while a non-streamed attempt ran. Its slot comes back now, not
+    when its lease runs out, and its estimates stand, as after an expired lease (C9): the
+    provider may have charged for what it read and wrote, and nobody will say how much."""
+    estimated = admitted.estimated_usage()
+    cost = usage_cost(admitted.endpoint, estimated)
+    settled = await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
+    reservation_record(
+        call, admitted.endpoint, admitted.grant, settled, estimated_spend=admitted.spend
+    )
+    call.reason = "client_disconnected"
+    generation_record(call, status=499, cancelled=True)
 
 
 async def _complete(
