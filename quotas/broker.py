@@ -22,7 +22,7 @@ from gateway.providers.base import Usage as ProviderUsage
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
-from quotas.core.learned import refusal_unexplained
+from quotas.core.learned import asked_of, refusal_unexplained
 from quotas.core.model import (
     Dimension,
     Grant,
@@ -184,7 +184,7 @@ class Broker:
         learned = [b.spec for b in attempt.buckets if b.spec.learned]
         if not learned:
             return False
-        reported = [(o.remaining, _asked(o.dimension, demand)) for o in limits.observations]
+        reported = [(o.remaining, asked_of(o.dimension, demand)) for o in limits.observations]
         if not refusal_unexplained(reported):
             return False
         for spec in learned:
@@ -223,15 +223,6 @@ class Broker:
                     await self.store.observe(
                         spec, remaining=observation.remaining, reset_at=reset_at
                     )
-
-
-def _asked(dimension: str, demand: Usage) -> float:
-    """What an attempt asked of a provider limit its headers describe (requests: one)."""
-    if dimension == "tokens":
-        return demand.input_tokens + demand.output_tokens
-    if dimension in ("input_tokens", "output_tokens"):
-        return float(getattr(demand, dimension))
-    return 1.0
 
 
 _broker: Broker | None = None

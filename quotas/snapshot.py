@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from quotas.core.learned import CEILING, CUT, REGROW_SECONDS, needs_learned_concurrency
+from quotas.core.learned import (
+    CEILING,
+    CUT,
+    REGROW_SECONDS,
+    learned_name,
+    needs_learned_concurrency,
+)
 from quotas.core.model import BucketSpec
 from quotas.core.specs import bucket_spec_build, with_headroom
 from quotas.models import Bucket, WorkloadClass
@@ -81,7 +87,7 @@ def learned_buckets(
         return []
     return [
         Bucket(
-            name=f"provider:{provider.name}:concurrency:learned",
+            name=learned_name(f"provider:{provider.name}"),
             scope_kind=Bucket.ScopeKind.PROVIDER,
             provider=provider,
             dimension=Bucket.Dimension.CONCURRENCY,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from quotas.core.model import BucketSpec, Dimension, Rule
+from quotas.core.model import BucketSpec, Dimension, Rule, Usage
 
 # Growth: one more concurrent request every this many seconds while the bucket is full. At a
 # limit L it comes back from a cut in (1 − CUT)·L·REGROW_SECONDS, then costs one more 429.
@@ -24,6 +24,11 @@ REGROW_SECONDS = 5.0
 CUT = 0.9
 # Until the first unexplained 429, and as far as it may grow back: no limit in practice.
 CEILING = 1024.0
+
+
+def learned_name(owner: str) -> str:
+    """The public name of the learned bucket of ``owner`` (e.g. ``provider:gamma``)."""
+    return f"{owner}:concurrency:learned"
 
 
 def learned_concurrency(scope: str, name: str) -> BucketSpec:
@@ -45,6 +50,17 @@ def needs_learned_concurrency(configured: Sequence[BucketSpec]) -> bool:
         spec.rule is Rule.CONCURRENCY and not spec.shadow and not spec.learned
         for spec in configured
     )
+
+
+def asked_of(dimension: str, demand: Usage) -> float:
+    """What an attempt asked of a provider limit its headers describe (requests: one)."""
+    if dimension == "tokens":
+        return demand.input_tokens + demand.output_tokens
+    if dimension == "input_tokens":
+        return demand.input_tokens
+    if dimension == "output_tokens":
+        return demand.output_tokens
+    return 1.0
 
 
 def refusal_unexplained(reported: Iterable[tuple[float | None, float]]) -> bool:

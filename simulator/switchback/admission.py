@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from quotas.core.fairqueue import DEFAULT_BURST_TOKENS, Pumped, Queued, QueueReason, QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
 from quotas.core.keys import record_key
-from quotas.core.learned import refusal_unexplained
+from quotas.core.learned import asked_of, refusal_unexplained
 from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.queue import IDLE_PUMP_GAP, MAX_JITTER
@@ -281,9 +281,9 @@ class SimAdmission:
         if not learned:
             return
         output = min(request.max_tokens, route.endpoint.max_output)
-        asked = {"input_tokens": float(request.input_tokens), "output_tokens": float(output)}
+        demand = Usage(input_tokens=float(request.input_tokens), output_tokens=float(output))
         reported = [
-            (status.remaining, asked.get(status.dimension, 1.0))
+            (status.remaining, asked_of(status.dimension, demand))
             for status in limits.dimensions
             if status.dimension != "concurrency"
         ]

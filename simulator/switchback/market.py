@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from gateway.configfile import Config
 from gateway.configfile.limits import LimitSpec
 from gateway.configfile.names import bucket_name, scope_name
-from quotas.core.learned import learned_concurrency, needs_learned_concurrency
+from quotas.core.learned import learned_concurrency, learned_name, needs_learned_concurrency
 from quotas.core.model import BucketSpec, Rule
 from quotas.core.specs import RAMP_DEFAULT_FLOOR, bucket_spec_build, with_headroom
 from routing.core import EndpointConfig, ModelConfig, RoutingParameters
@@ -92,7 +92,7 @@ def market_build(
         )
         learns = learn_concurrency and provider.learn_concurrency
         if learns and needs_learned_concurrency(buckets[name]):
-            learned = learned_concurrency(scope, f"{scope}:concurrency:learned")
+            learned = learned_concurrency(scope, learned_name(scope))
             buckets[name] = (*buckets[name], learned)
     parameters = params or RoutingParameters()
     models: list[ModelConfig] = []

@@ -4,7 +4,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from quotas.core.learned import learned_concurrency
+from quotas.core.learned import learned_concurrency, learned_name
 from quotas.core.model import BucketSpec
 from quotas.models import Bucket
 from quotas.snapshot import bucket_spec
@@ -43,7 +43,7 @@ def bucket_available(stack, name: str) -> float:
 def learned_available(stack, provider: str) -> float:
     """The room in a provider's learned concurrency bucket (not a row: the snapshot adds it)."""
     [(ident,)] = stack.sql("select id from routing_provider where name = %s", provider)
-    name = f"provider:{provider}:concurrency:learned"
+    name = learned_name(f"provider:{provider}")
     return _available(stack, learned_concurrency(f"provider:{ident}", name))
 
 
