@@ -23,7 +23,7 @@ from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand, demand_estimate
-from quotas.core.fairqueue import QueueRefusal
+from quotas.core.fairqueue import QueueReason, QueueRefusal
 from quotas.core.model import Grant, Reason, Refusal
 from routing.catalogue import EndpointEntry
 
@@ -186,7 +186,9 @@ def _refusal(call: Call, refusal: Refusal | QueueRefusal, demand: Demand) -> Cap
     retry_after = (
         max(1.0, refusal.retry_at - time.time()) if math.isfinite(refusal.retry_at) else None
     )
-    if refusal.bucket:
+    if refusal.bucket and refusal.reason is QueueReason.DEADLINE_UNREACHABLE:
+        why = f"the limit '{refusal.bucket}' will not have room for it before its deadline"
+    elif refusal.bucket:
         why = f"the limit '{refusal.bucket}' is {reason.replace('_', ' ')}"
     else:
         why = QUEUE_REFUSALS.get(reason, reason.replace("_", " "))

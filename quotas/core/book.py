@@ -407,6 +407,19 @@ class Book:
             v = self._view(d.key, d.resolved, now)
             self._write(d.key, arith.settle(v, d.resolved, now, 0.0, amount, arith.NO_MARKER, ""))
 
+    def refill_levels(
+        self, buckets: Sequence[BucketSpec], *, now: float
+    ) -> list[tuple[float, float]]:
+        """Each refill bucket's available amount and refill per second at ``now``."""
+        self._epoch(now)
+        out: list[tuple[float, float]] = []
+        for spec in buckets:
+            d = self._derive(spec, now)
+            r = d.resolved
+            assert r.rule is Rule.REFILL
+            out.append((self._view(d.key, r, now).available, r.capacity / r.period))
+        return out
+
     def levels(self, buckets: Sequence[BucketSpec], *, now: float) -> list[BucketLevel]:
         """Available capacity and the time each bucket is full again (for H1 metadata)."""
         self._epoch(now)

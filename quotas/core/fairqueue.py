@@ -22,7 +22,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
-from quotas.core.model import INF, BucketRefusal, BucketSpec, Grant, Reason, Refusal, Rule, Usage
+from quotas.core.model import (
+    INF,
+    BucketRefusal,
+    BucketSpec,
+    Dimension,
+    Grant,
+    Reason,
+    Refusal,
+    Rule,
+    Usage,
+)
 
 # How much one pump call may do before it returns ``next_fit = now`` (call again): it runs
 # inside one Redis script, so its work is bounded to keep Redis responsive.
@@ -31,6 +41,10 @@ MAX_GRANTS = 16  # grants handed out
 UNPARK_LIMIT = 64  # flows parked on their own limit that rejoin per call
 SWEEP_LIMIT = 16  # expired waiters dropped per call (their own process normally removes them)
 EARLY_LIMIT = 16  # waiters told early that their deadline cannot be met
+DRAIN_SCAN = 64  # waiters ahead in a newcomer's own flow counted by ``drain_floor``
+# A waiter ahead counts as served only if it fits this long before its deadline: a pump may
+# run that much late (its wake-up is jittered), and one that then misses takes nothing.
+DRAIN_MARGIN = 0.25
 
 # Default per-flow burst credit, in tokens, when the caller gives none.
 DEFAULT_BURST_TOKENS = 8192.0
@@ -139,6 +153,50 @@ def unreachable(
     bucket = next((r.bucket for r in refusal.refusals if r.retry_at == floor), refusal.bucket)
     reason = QueueReason.DEADLINE_UNREACHABLE
     return QueueRefusal(rid, now, reason, bucket, refusal.retry_at, rid, refusal.refusals)
+
+
+# What a request takes from these buckets it keeps: the drain of a queue in them can be foreseen.
+# (An output or spend reservation is mostly given back when the answer is shorter than its
+# maximum, so a queue drains those sooner than their refill alone says.)
+DRAINED_DIMENSIONS = frozenset({Dimension.REQUESTS, Dimension.INPUT_TOKENS})
+
+
+def drained(spec: BucketSpec) -> bool:
+    """Does ``drain_floor`` count this bucket: a refill bucket of a kept dimension?"""
+    return spec.rule is Rule.REFILL and spec.dimension in DRAINED_DIMENSIONS and not spec.shadow
+
+
+def drain_floor(
+    ahead: Sequence[tuple[float, Sequence[float]]],
+    own: Sequence[float],
+    levels: Sequence[tuple[float, float]],
+    now: float,
+) -> tuple[float, int]:
+    """A lower bound on when a newcomer fits, given the waiters ahead of it in its own flow (E6).
+
+    ``levels`` are the available amount and refill per second of the pool's drained buckets;
+    ``ahead`` the deadline and amounts (in those buckets) of each waiter ahead, in order;
+    ``own`` the newcomer's amounts. A flow is FIFO, so everyone ahead is served or leaves
+    before the newcomer; one that cannot fit ``DRAIN_MARGIN`` before its own deadline may leave
+    without taking anything, so it is not counted. Other flows only delay the newcomer, and
+    these buckets keep what a request takes. Cancellations and failed attempts (released) are
+    the exceptions, and rare. Returns (time, index of the binding bucket, or -1).
+    """
+    used = [0.0] * len(levels)
+
+    def fit(amounts: Sequence[float]) -> tuple[float, int]:
+        when, which = now, -1
+        for i, ((available, rate), amount) in enumerate(zip(levels, amounts, strict=True)):
+            short = used[i] + amount - available
+            if short > 0.0 and rate > 0.0 and now + short / rate > when:
+                when, which = now + short / rate, i
+        return when, which
+
+    for deadline, amounts in ahead:
+        if fit(amounts)[0] <= deadline - DRAIN_MARGIN:
+            for i, amount in enumerate(amounts):
+                used[i] = used[i] + amount
+    return fit(own)
 
 
 class Side(IntEnum):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from quotas.core.book import Book, demand_parts
 from quotas.core.fairqueue import (
+    DRAIN_SCAN,
     EARLY_LIMIT,
     MAX_GRANTS,
     MAX_VISITS,
@@ -27,6 +29,8 @@ from quotas.core.fairqueue import (
     Side,
     Verdict,
     bucket_sides,
+    drain_floor,
+    drained,
     earliest_admission,
     finish_tag,
     request_cost,
@@ -235,12 +239,41 @@ class QueueBook:
         if mine is not None:
             self._forget(pq, reservation_id)
             return mine
-        if no_wait:
-            refusal = self._refuse(pq, entry, QueueReason.QUEUE_FULL, now)
+        refusal = (
+            self._refuse(pq, entry, QueueReason.QUEUE_FULL, now)
+            if no_wait
+            else self._drain_refusal(pq, entry, now)
+        )
+        if refusal is not None:
             self._drop(pq, entry, refusal, now, notify=False)
             self._forget(pq, reservation_id)
             return refusal
         return Queued(reservation_id, now, reservation_id, pumped.next_fit)
+
+    def _drain_refusal(self, pq: PoolQueue, entry: Entry, now: float) -> QueueRefusal | None:
+        """E6: refuse a newcomer now when the waiters ahead of it in its own flow will use up
+        the pool's refill before its deadline (``drain_floor``), instead of at the deadline."""
+        specs = [
+            spec
+            for spec, side in zip(entry.buckets, entry.sides, strict=True)
+            if side is Side.POOL and drained(spec)
+        ]
+        flow = pq.flows[entry.flow]
+        if not specs or len(flow) < 2:
+            return None
+        names = [spec.name for spec in specs]
+        ahead = []
+        for other in list(itertools.islice(flow, min(len(flow) - 1, DRAIN_SCAN))):
+            amounts = dict((spec.name, amount) for spec, amount in other.parts)
+            ahead.append((other.deadline, [amounts.get(name, 0.0) for name in names]))
+        own = dict((spec.name, amount) for spec, amount in entry.parts)
+        levels = self.book.refill_levels(specs, now=now)
+        floor, which = drain_floor(ahead, [own[name] for name in names], levels, now)
+        if floor <= entry.deadline:
+            return None
+        rid = entry.reservation_id
+        reason = QueueReason.DEADLINE_UNREACHABLE
+        return QueueRefusal(rid, now, reason, names[which], floor, rid)
 
     # -- the pump -------------------------------------------------------------------------
     def pump(self, pool: str, *, now: float) -> Pumped:

@@ -291,6 +291,13 @@ def test_it_keeps_a_burst_of_five_times_the_limit_away_from_the_provider(broker_
             assert response.json()["error"]["reason"] == response.headers["x-switchyard-reason"]
             # (The client's own clock also counts the accept backlog of 300 connections
             # arriving at once on one gateway worker; the deadline is the gateway's.)
+    # E6: a request its own tenant's line keeps from fitting before its deadline (one request
+    # a second refills here) is refused at once, not after waiting for nothing.
+    refused = [r for r, _ in results if r.status_code == 429]
+    at_once = [r for r in refused if int(r.headers["x-switchyard-queue-wait-ms"]) < 500]
+    assert len(at_once) >= len(refused) / 4, (len(at_once), len(refused))
+    assert {r.headers["x-switchyard-reason"] for r in at_once} == {"deadline_unreachable"}
+    assert "will not have room for it before its deadline" in at_once[0].json()["error"]["message"]
 
 
 def test_it_keeps_retries_of_a_half_broken_provider_within_the_budget(broker_stack):

@@ -28,6 +28,8 @@ POOL = "provider:alpha"
 # The pool: 1000 tokens, refilled in 10 s (100 tokens/s).
 TPM = BucketSpec("alpha-tpm", POOL, Dimension.TOTAL_TOKENS, Rule.REFILL, 1000, 10)
 SLOTS = BucketSpec("alpha-conc", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 2)
+# Input tokens: 1000 refilled in 10 s, like TPM, but what a request takes here it keeps.
+ITPM = BucketSpec("alpha-itpm", POOL, Dimension.INPUT_TOKENS, Rule.REFILL, 1000, 10)
 ROUTE = BucketSpec("route-rpm", "model:7", Dimension.REQUESTS, Rule.REFILL, 1000, 60)
 
 
@@ -241,6 +243,30 @@ def test_it_refuses_early_when_the_next_fit_is_past_the_deadline(fq):
     assert (doomed.reason, doomed.queue_id) == (QueueReason.DEADLINE_UNREACHABLE, "r4")
 
 
+def test_it_refuses_at_once_whom_its_own_flow_ahead_keeps_from_fitting_before_its_deadline(fq):
+    fq.enter("r1", [tenant("a"), ITPM], tokens(1000))  # the pool is empty; 100 tokens/s
+    assert isinstance(fq.enter("r2", [tenant("a"), ITPM], tokens(500)), Queued)  # fits at 5 s
+    # Alone, 500 tokens would fit at 5 s; behind r2 in its own line, not before 10 s.
+    refusal = fq.enter("r3", [tenant("a"), ITPM], tokens(500), deadline=T0 + 8)
+    assert isinstance(refusal, QueueRefusal)
+    assert (refusal.reason, refusal.bucket) == (QueueReason.DEADLINE_UNREACHABLE, "alpha-itpm")
+    assert refusal.retry_at == pytest.approx(T0 + 10)
+    assert refusal.queue_id == "r3"
+    # Another tenant's line may be served before r2 (fair queuing): it waits.
+    assert isinstance(fq.enter("r4", [tenant("b"), ITPM], tokens(500), deadline=T0 + 8), Queued)
+    # With time enough behind r2, it waits too.
+    assert isinstance(fq.enter("r5", [tenant("a"), ITPM], tokens(500), deadline=T0 + 11), Queued)
+    assert fq.pump(T0 + 5.1).granted == 1
+
+
+def test_it_does_not_foresee_the_drain_of_a_total_token_bucket(fq):
+    # Total tokens include the output, mostly given back at settlement: a queue there may
+    # drain much sooner than its refill says, so the waiter is left to its deadline.
+    fq.enter("r1", [tenant("a"), TPM], tokens(1000))
+    fq.enter("r2", [tenant("a"), TPM], tokens(500))
+    assert isinstance(fq.enter("r3", [tenant("a"), TPM], tokens(500), deadline=T0 + 8), Queued)
+
+
 def test_it_bounds_each_flow_and_evicts_from_the_longest_when_the_queue_is_full(fq):
     fq.enter("a0", [tenant("a"), TPM], tokens(1000))
     for i in range(1, 4):
@@ -303,7 +329,8 @@ def test_it_tries_a_request_that_may_not_wait_once_and_refuses_it_if_not_its_tur
 # -- the Lua and the core decide the same ------------------------------------------------
 
 
-def _scenario(fq: Fixture, seed: int) -> list[Any]:
+def _scenario(fq: Fixture, seed: int, *, drain: bool = False) -> list[Any]:
+    """Random steps; with ``drain``, mostly on the input-token pool, whose drain is foreseen."""
     rng = random.Random(seed)
     tenants = {name: tenant(name, rpm=rng.choice([3, 30, 1000])) for name in "abcd"}
     now, log, grants = T0, [], []
@@ -312,16 +339,20 @@ def _scenario(fq: Fixture, seed: int) -> list[Any]:
         kind = rng.random()
         if kind < 0.55:
             name = rng.choice("abcd")
-            buckets = [tenants[name], rng.choice([TPM, SLOTS]) if rng.random() < 0.2 else TPM]
+            if drain:
+                pool = ITPM if rng.random() < 0.9 else TPM
+            else:
+                pool = rng.choice([TPM, SLOTS, ITPM]) if rng.random() < 0.4 else TPM
+            buckets = [tenants[name], pool]
             result = fq.enter(
                 f"r{i}",
                 buckets,
                 tokens(rng.choice([10, 100, 100, 400, 900, 2000])),
                 flow=name,
                 weight=rng.choice([1.0, 2.0, 8.0]),
-                deadline=now + rng.choice([0.5, 3.0, 20.0]),
+                deadline=now + rng.choice([2.0, 6.0, 20.0] if drain else [0.5, 3.0, 20.0]),
                 max_depth=rng.choice([0, 6, 12]),
-                flow_depth=rng.choice([2, 4]),
+                flow_depth=rng.choice([4, 8] if drain else [2, 4]),
                 burst=rng.choice([0.0, 500.0]),
                 now=now,
             )
@@ -346,11 +377,12 @@ def _scenario(fq: Fixture, seed: int) -> list[Any]:
     return log
 
 
+@pytest.mark.parametrize("drain", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_it_decides_the_same_in_lua_as_in_the_core(runner, seed):
+def test_it_decides_the_same_in_lua_as_in_the_core(runner, seed, drain):
     memory, _ = make_fixture("memory", runner)
     on_redis, cleanup = make_fixture("redis", runner)
     try:
-        assert _scenario(memory, seed) == _scenario(on_redis, seed)
+        assert _scenario(memory, seed, drain=drain) == _scenario(on_redis, seed, drain=drain)
     finally:
         cleanup()

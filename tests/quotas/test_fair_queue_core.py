@@ -4,6 +4,7 @@ of those behind a waiter that leaves do not move. Time is an argument; nothing s
 
 from __future__ import annotations
 
+import copy
 import random
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from quotas.core.fairqueue import (
     Queued,
     QueueReason,
     QueueRefusal,
+    drain_floor,
     jain_index,
     start_tag,
     weighted_max_min,
@@ -310,3 +312,86 @@ def test_it_holds_a_noisy_tenant_to_its_share_where_one_fifo_would_not(fair):
         assert sum(granted.values()) >= 100 * 8 - 50 - 5
     else:
         assert share["b"] < 0.5 and share["c"] < 0.5, share
+
+
+# -- foreseeing a queue's drain (E6) -------------------------------------------------------
+
+
+def test_it_adds_up_the_waiters_ahead_and_names_the_bucket_that_binds():
+    # Two buckets: 100 requests... of which 1 left, 1/s; 500 tokens left, 100/s.
+    levels = [(1.0, 1.0), (500.0, 100.0)]
+    ahead = [(T0 + 100, [1.0, 400.0]), (T0 + 100, [1.0, 400.0])]
+    # Tokens: 400 + 400 + 300 − 500 short = 6 s; requests: 3 − 1 = 2 s.
+    assert drain_floor(ahead, [1.0, 300.0], levels, T0) == (pytest.approx(T0 + 6), 1)
+    # Nothing ahead, and it fits: now, no bucket.
+    assert drain_floor([], [1.0, 300.0], levels, T0) == (T0, -1)
+
+
+def test_it_leaves_out_a_waiter_ahead_that_cannot_fit_before_its_own_deadline():
+    levels = [(0.0, 100.0)]
+    ahead = [(T0 + 100, [500.0]), (T0 + 3, [400.0]), (T0 + 100, [100.0])]
+    # The second needs 9 s behind the first: it leaves at its deadline, having taken nothing.
+    assert drain_floor(ahead, [100.0], levels, T0)[0] == pytest.approx(T0 + 7)
+
+
+ITPM = BucketSpec("alpha-itpm", POOL, Dimension.INPUT_TOKENS, Rule.REFILL, 1000.0, 10.0)
+RPM = BucketSpec("alpha-rpm", POOL, Dimension.REQUESTS, Rule.REFILL, 6.0, 6.0)
+
+
+def _waits_in_vain(qb: QueueBook, rid: str, size: int, deadline: float, now: float) -> bool:
+    """Had ``rid`` waited (in a copy of the queue, nothing new arriving, every grant kept in
+    full), would it still not have been granted before its deadline?"""
+    qb = copy.deepcopy(qb)
+    qb._drain_refusal = lambda *args: None  # type: ignore[method-assign]
+    result = qb.enter(
+        rid, [ITPM, RPM], Usage(input_tokens=size), pool=POOL, flow="a", weight=1.0,
+        deadline=deadline, max_depth=1000, flow_depth=1000, lease_seconds=600, burst=0.0,
+        mailbox="m", now=now,
+    )  # fmt: skip
+    if not isinstance(result, Queued):
+        return not isinstance(result, Grant)
+    while now < deadline:
+        pumped = qb.pump(POOL, now=now)
+        if any(r == rid and isinstance(v, Grant) for r, v in qb.take_mail("m")):
+            return False
+        now = max(now + 1e-3, min(pumped.next_fit, deadline))
+    return True
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.1, 0.5, 2.0]),  # seconds since the previous arrival
+            st.integers(10, 900),  # input tokens
+            st.sampled_from([1.0, 4.0, 10.0, 30.0]),  # deadline, seconds after arrival
+        ),
+        min_size=5,
+        max_size=60,
+    )
+)
+def test_it_refuses_early_only_whom_waiting_could_not_have_served(arrivals):
+    """One tenant's line on input tokens and requests: an early refusal by the queue's drain
+    is never wrong — the same request, had it waited, would not have been granted in time."""
+    qb = QueueBook(Book())
+    now, told = T0, 0
+    for i, (gap, size, wait) in enumerate(arrivals):
+        now += gap
+        qb.pump(POOL, now=now)
+        qb.take_mail("m")
+        rid = f"r{i}"
+        before = copy.deepcopy(qb)
+        result = qb.enter(
+            rid, [ITPM, RPM], Usage(input_tokens=size), pool=POOL, flow="a", weight=1.0,
+            deadline=now + wait, max_depth=1000, flow_depth=1000, lease_seconds=600,
+            burst=0.0, mailbox="m", now=now,
+        )  # fmt: skip
+        early = (
+            isinstance(result, QueueRefusal)
+            and result.reason is QueueReason.DEADLINE_UNREACHABLE
+            and not result.refusals
+        )
+        if early:
+            told += 1
+            assert result.retry_at > now + wait
+            assert _waits_in_vain(before, rid, size, now + wait, now)

@@ -89,8 +89,13 @@ end
 q_join(Q, e, now)
 local next_fit, _, _, mine = q_pump(Q, ctx, id)
 if mine then return {'V', mine} end
+local refusal
 if no_wait then
-  local refusal = q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), id, {})
+  refusal = q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), id, {})
+else
+  refusal = q_drain_refusal(Q, e, parts, ctx)
+end
+if refusal then
   q_drop(Q, e, refusal, now, false, false)
   return {'V', refusal}
 end

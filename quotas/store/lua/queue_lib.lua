@@ -20,6 +20,8 @@ local MAX_GRANTS = 16
 local UNPARK_LIMIT = 64
 local SWEEP_LIMIT = 16
 local EARLY_LIMIT = 16
+local DRAIN_SCAN = 64
+local DRAIN_MARGIN = 0.25
 local VERDICT_SECONDS = 60
 local MAILBOX_MS = 120000
 local SEP = '\31'
@@ -330,6 +332,58 @@ local function q_pump(Q, ctx, newcomer)
   Q.nf = next_fit
   redis.call('HSET', Q.s, 'nf', fmt(next_fit))
   return next_fit, granted, refused, mine, depth
+end
+
+-- E6: a newcomer whose own flow's waiters ahead use up the pool's refill past its deadline
+-- is refused now, not at the deadline (core: QueueBook._drain_refusal, fairqueue.drain_floor).
+-- Only refill buckets of requests and input tokens count: what a request takes there it keeps.
+local function q_drain_refusal(Q, e, parts, ctx)
+  local now = ctx.now
+  local specs, names = {}, {}
+  for _, p in ipairs(parts) do
+    if p.side and p.rule == 'refill' and not p.shadow
+        and (p.dim == 'requests' or p.dim == 'input_tokens') then
+      specs[#specs + 1] = p
+      names[#names + 1] = p.name
+    end
+  end
+  local fkey = Q.qp .. ':f:' .. e.flow
+  local n = redis.call('LLEN', fkey)
+  if #specs == 0 or n < 2 then return nil end
+  local avail, rate, used = {}, {}, {}
+  for i, p in ipairs(specs) do
+    avail[i] = view(p, p.key, p.hkey, now, ctx.born, ctx.limit).avail
+    rate[i] = p.cap / p.period
+    used[i] = 0
+  end
+  local function fit(amounts)
+    local when, which = now, 0
+    for i = 1, #specs do
+      local short = used[i] + amounts[i] - avail[i]
+      if short > 0 and rate[i] > 0 and now + short / rate[i] > when then
+        when, which = now + short / rate[i], i
+      end
+    end
+    return when, which
+  end
+  local ids = redis.call('LRANGE', fkey, 0, math.min(n - 1, DRAIN_SCAN) - 1)
+  for _, id in ipairs(ids) do
+    local other = q_entry_load(Q, id)
+    if other then
+      local by_name = {}
+      for _, row in ipairs(other.parts) do by_name[read_part(row[1]).name] = row[2] end
+      local amounts = {}
+      for i, name in ipairs(names) do amounts[i] = by_name[name] or 0 end
+      if fit(amounts) <= other.deadline - DRAIN_MARGIN then
+        for i = 1, #specs do used[i] = used[i] + amounts[i] end
+      end
+    end
+  end
+  local own = {}
+  for i, p in ipairs(specs) do own[i] = p.amount end
+  local floor, which = fit(own)
+  if floor <= e.deadline then return nil end
+  return q_refusal(now, 'deadline_unreachable', names[which], floor, e.id, {})
 end
 
 local function q_load(qp)
