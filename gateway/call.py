@@ -50,6 +50,7 @@ class Call:
     ttft: float | None = None
     reason: str = ""  # Switchyard's reason code for the outcome
     explanation: list[str] = field(default_factory=list)  # why endpoints were passed over
+    recorded: bool = False  # its generation (ledger row) was written
 
     @property
     def may_degrade(self) -> bool:

@@ -34,6 +34,16 @@ from gateway.providers.base import (
 from gateway.upstream import client_for
 from routing.catalogue import EndpointEntry
 
+UPSTREAM_WORDS = {
+    Outcome.CAPACITY: "rate limited",
+    Outcome.OVERLOAD: "overloaded",
+    Outcome.POLICY: "quota, spend limit or access refused",
+    Outcome.AUTH: "it refused Switchyard's credential; the platform admins must fix it",
+    Outcome.PROVIDER_ERROR: "provider error",
+    Outcome.REQUEST_ERROR: "it rejected the request",
+    Outcome.OK: "no error",
+}
+
 
 @dataclass
 class Attempt:
@@ -47,6 +57,7 @@ class Attempt:
     failure: Classified | None = None
     error: GatewayError | None = None  # what the caller sees if this failure is the last word
     seconds: float = 0.0  # until the answer (or its first byte, for streams)
+    sent: bool = True  # False: the adapter could not express the request, nothing went out
 
     @property
     def ok(self) -> bool:
@@ -74,6 +85,7 @@ async def attempt_send(
             max_output=endpoint.max_output,
         )
     except RequestNotSupported as exc:
+        attempt.sent = False
         return _failed(
             attempt,
             Classified(Outcome.REQUEST_ERROR, str(exc)),
@@ -108,7 +120,8 @@ async def attempt_send(
         finally:
             await response.aclose()
         classified = adapter.classify(response.status_code, response.headers, content)
-        return _failed(attempt, classified, _caller_error(name, response.status_code, classified))
+        error = _caller_error(name, response.status_code, classified, attempt.limits.retry_after)
+        return _failed(attempt, classified, error)
     if stream:
         attempt.stream = response
         return attempt
@@ -130,14 +143,25 @@ def _failed(attempt: Attempt, classified: Classified, error: GatewayError) -> At
     return attempt
 
 
-def _caller_error(provider: str, status: int, classified: Classified) -> GatewayError:
-    """What the caller sees when this provider failure ends the request."""
-    message = f"The provider '{provider}' answered {status}: {classified.message}"
+def _caller_error(
+    provider: str, status: int, classified: Classified, retry_after: float | None
+) -> GatewayError:
+    """What the caller sees when this provider failure ends the request.
+
+    Only a rejection of the caller's own request passes the provider's words on (H1): the
+    others speak of our credential, organisation and the shared pool's usage, never the
+    caller's business (they stay in ``classified`` for logs).
+    """
     reason = f"upstream_{classified.outcome.value}"
     if classified.outcome is Outcome.REQUEST_ERROR:
+        message = f"The provider '{provider}' answered {status}: {classified.message}"
         return InvalidRequest(message, reason=reason, code="upstream_rejected_request")
+    message = f"The provider '{provider}' answered {status} ({UPSTREAM_WORDS[classified.outcome]})."
     if classified.outcome is Outcome.OVERLOAD:
         return UpstreamOverloaded(message, reason=reason)
-    if classified.outcome in (Outcome.CAPACITY, Outcome.POLICY):
-        return UpstreamRateLimited(message, reason=reason)
+    if classified.outcome is Outcome.CAPACITY:
+        # A refusal always says when to come back (H1); Retry-After is never below a second.
+        return UpstreamRateLimited(message, reason=reason, retry_after=max(1.0, retry_after or 0))
+    if classified.outcome is Outcome.POLICY:
+        return UpstreamRateLimited(message, reason=reason, retry_after=retry_after)
     return UpstreamError(message, reason=reason)

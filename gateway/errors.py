@@ -142,6 +142,10 @@ class UpstreamRateLimited(UpstreamError):
     status = 429
     code = "upstream_rate_limited"
 
+    def __init__(self, message: str, *, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
+
 
 class UpstreamOverloaded(UpstreamError):
     status = 503

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -19,6 +20,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+from tenants.scoping import tenant_member
 
 REQUESTS = Counter(
     "switchyard_requests_total",
@@ -73,6 +76,8 @@ OVER_RESERVED = Counter(
 
 @staff_member_required
 def metrics_view(request: HttpRequest) -> HttpResponse:
+    if tenant_member(request.user) is not None:  # staff to sign in to the admin, not operators
+        raise PermissionDenied("Metrics are for the platform's operators.")
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -15,6 +15,8 @@ import hashlib
 import logging
 import random
 import time
+from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -61,6 +63,8 @@ from tenants.identity import Principal, bearer_secret
 
 log = logging.getLogger(__name__)
 
+_IDEMPOTENCY_RELEASE_LUA = (Path(__file__).parent / "lua" / "idempotency_release.lua").read_text()
+
 PROVIDER_HEADER = "x-switchyard-provider"
 ROUTE_HEADER = "x-switchyard-route"
 DEGRADED_HEADER = "x-switchyard-degraded-from"
@@ -82,7 +86,9 @@ FAILURES = {
     Outcome.CAPACITY: Failure.CAPACITY,
     Outcome.OVERLOAD: Failure.OVERLOAD,
     Outcome.PROVIDER_ERROR: Failure.PROVIDER_ERROR,
-    Outcome.AUTH: Failure.PROVIDER_ERROR,  # our credential for that provider: try another
+    # Our credential for that provider: another may serve the request, this one will not
+    # until an admin fixes it (retrying it only spends the budget).
+    Outcome.AUTH: Failure.POLICY,
     Outcome.POLICY: Failure.POLICY,
     Outcome.REQUEST_ERROR: Failure.REQUEST_ERROR,
 }
@@ -114,11 +120,19 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         error = ServiceUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
+        await _idempotency_release(call)
         return error_response(error, _headers(call, retry_after=1.0))
     except GatewayError as error:
         call.reason = error.reason
         generation_record(call, status=error.status)
+        await _idempotency_release(call)
         return error_response(error, _headers(call, retry_after=_retry_after(error)))
+    except asyncio.CancelledError:  # the client left, perhaps while waiting for capacity
+        if not call.recorded:  # C8: the ledger shows it, even if no provider ever saw it
+            call.reason = "client_disconnected"
+            generation_record(call, status=499, cancelled=True)
+        await _idempotency_release(call)
+        raise
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:
@@ -212,9 +226,7 @@ def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, 
 
 async def _idempotency_claim(call: Call) -> None:
     """E3: a request with an Idempotency-Key reaches a provider once, however often it is sent."""
-    assert call.principal is not None
-    digest = hashlib.sha256(call.idempotency_key.encode()).hexdigest()[:32]
-    key = sy_redis.key("idempotency", call.principal.tenant_id, digest)
+    key = _idempotency_redis_key(call)
     client = sy_redis.async_client()
     if not await client.set(key, call.id, nx=True, ex=settings.IDEMPOTENCY_TTL_SECONDS):
         first = (await client.get(key) or b"").decode()
@@ -222,6 +234,22 @@ async def _idempotency_claim(call: Call) -> None:
             f"A request with this Idempotency-Key was already accepted as {first}; "
             "it is not sent again (its result: GET /v1/generation?id=…)."
         )
+
+
+async def _idempotency_release(call: Call) -> None:
+    """A request refused before it reached any provider gives its Idempotency-Key back, so the
+    corrected or later retry is served instead of meeting 409 (the claim stays otherwise)."""
+    if not call.idempotency_key or call.attempts:
+        return
+    key = _idempotency_redis_key(call)
+    with suppress(RedisError):  # a claim that cannot be given back now expires with its TTL
+        await sy_redis.async_client().eval(_IDEMPOTENCY_RELEASE_LUA, 1, key, call.id)
+
+
+def _idempotency_redis_key(call: Call) -> str:
+    assert call.principal is not None
+    digest = hashlib.sha256(call.idempotency_key.encode()).hexdigest()[:32]
+    return sy_redis.key("idempotency", call.principal.tenant_id, digest)
 
 
 async def _plan(
@@ -305,6 +333,20 @@ async def _serve(
         )
         failure = attempt.failure
         assert failure is not None and attempt.error is not None
+        if failure.outcome in (Outcome.AUTH, Outcome.POLICY):
+            # The caller is told only the outcome (H1); the provider's words are for operators.
+            log.warning(
+                "provider %s refused %s: %s",
+                admitted.endpoint.provider.name,
+                failure.outcome.value,
+                failure.message,
+            )
+        if not attempt.sent and len(candidates) > 1:
+            # Another endpoint may speak this request; nothing was sent, so no retry (F4).
+            call.attempts -= 1
+            call.explanation.append(f"{admitted.endpoint.provider.name}:unsupported")
+            candidates = [e for e in candidates if e is not admitted.endpoint]
+            continue
         if kind := ROUTING_KINDS[failure.outcome]:
             live.observe(
                 admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)

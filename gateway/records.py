@@ -32,6 +32,7 @@ def generation_record(
     principal = call.principal
     if principal is None:  # unauthenticated: nobody to charge, nothing to record
         return
+    call.recorded = True
     usage = usage or Usage()
     endpoint = call.endpoint
     demand = call.demand

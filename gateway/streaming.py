@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway.dispatch import UPSTREAM_WORDS
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from gateway.providers.base import SSEParser, StreamError, StreamTranslator, Usage
+from gateway.providers.base import Outcome, SSEParser, StreamError, StreamTranslator, Usage
 from quotas.core.estimate import CHARS_PER_TOKEN
 
 
@@ -82,8 +83,11 @@ async def relay(
                 status, reason = 502, "upstream_stream_incomplete"
                 out.append(_sse_error(UpstreamError("The provider ended the stream early.")))
         except StreamError as exc:
-            status, reason = 502, f"upstream_{exc.classified.outcome.value}"
-            message = f"The provider failed mid-stream: {exc.classified.message}"
+            outcome = exc.classified.outcome
+            status, reason = 502, f"upstream_{outcome.value}"
+            # The provider's own words only when they are about the caller's request (H1).
+            said = exc.classified.message if outcome is Outcome.REQUEST_ERROR else ""
+            message = f"The provider failed mid-stream: {said or UPSTREAM_WORDS[outcome]}"
             out.append(_sse_error(UpstreamError(message)))
         except httpx.TimeoutException:
             status, reason = 504, "upstream_timeout"

@@ -187,6 +187,8 @@ def translate_messages(messages: Any) -> tuple[str, list[JSON]]:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
+    if not turns:  # Anthropic would answer 400; an OpenAI-protocol endpoint may serve it
+        raise RequestNotSupported("Anthropic needs a non-empty user or assistant message")
     for turn in turns:
         # Anthropic wants tool results first in their user turn; sort is stable.
         turn["content"].sort(key=lambda block: block["type"] != "tool_result")

@@ -91,6 +91,22 @@ CASES = [
         "stream_options",
     ),
     ("tool_choice unknown", body(tool_choice="sometimes"), 400, "invalid_value", "tool_choice"),
+    # Bounded list sizes: a huge list would hold the worker's event loop while it is checked.
+    ("too many messages", body(messages=OK_MESSAGES * 4097), 400, "invalid_value", "messages"),
+    (
+        "too many tools",
+        body(tools=[{"type": "function", "function": {"name": "f"}}] * 513),
+        400,
+        "invalid_value",
+        "tools",
+    ),
+    (
+        "too many content parts",
+        body(messages=[{"role": "user", "content": [{"type": "text", "text": "x"}] * 513}]),
+        400,
+        "invalid_value",
+        "messages[0].content",
+    ),
 ]
 
 

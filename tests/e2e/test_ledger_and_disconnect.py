@@ -1,5 +1,7 @@
 """One ledger row per request, written off the hot path; a client disconnect cancels upstream."""
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -149,3 +151,57 @@ def test_it_gives_back_the_slot_and_records_a_client_that_leaves_before_the_answ
 
     wait_until(lambda: bool(rows()), timeout=15, what="the abandoned request's ledger row")
     assert rows()[0] == (499, "client_disconnected", "hanging")
+
+
+def test_it_records_a_client_that_leaves_while_its_request_waits_for_capacity(stack):
+    """The app's 20 concurrent slots are all held by requests to a provider that never
+    answers; a 21st request waits in the fair queue, and its client gives up there."""
+    started = stack.sql("select now()")[0][0]
+
+    async def scene() -> None:
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=32)) as client:
+            holders = [
+                asyncio.create_task(
+                    client.post(
+                        f"{stack.base_url}/v1/chat/completions",
+                        headers={"Authorization": f"Bearer {KEY}"},
+                        json={
+                            "model": "e2e/hanging",
+                            "messages": [{"role": "user", "content": "x"}],
+                        },
+                        timeout=30,
+                    )
+                )
+                for _ in range(20)
+            ]
+            await asyncio.sleep(0.5)
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(
+                    f"{stack.base_url}/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {KEY}"},
+                    json={
+                        "model": "acme/chat-small",
+                        "messages": [{"role": "user", "content": "q"}],
+                    },
+                    timeout=httpx.Timeout(30, read=1.0),
+                )
+            for holder in holders:  # their clients leave too: the slots come back
+                holder.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+
+    asyncio.run(scene())
+
+    def rows():
+        return stack.sql(
+            "select status, reason_code, cancelled, attempts from gateway_generation"
+            " where model = 'acme/chat-small' and created_at >= %s and status = 499",
+            started,
+        )
+
+    wait_until(lambda: bool(rows()), timeout=15, what="the queued request's ledger row")
+    assert rows() == [(499, "client_disconnected", True, 0)]
+    wait_until(
+        lambda: bucket_available(stack, "app:acme/search/web:concurrency") == 20,
+        timeout=5,
+        what="every slot to come back",
+    )

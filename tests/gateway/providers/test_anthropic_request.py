@@ -383,6 +383,8 @@ def test_it_sets_stream_when_streaming() -> None:
         {"messages": [{"role": "tool", "content": "orphan"}]},
         {"messages": [{"role": "function", "name": "f", "content": "legacy"}]},
         {"messages": "hi"},
+        {"messages": [{"role": "system", "content": "only a system prompt"}]},
+        {"messages": [user("")]},  # Anthropic answers 400: messages: Field required
     ],
 )
 def test_it_refuses_what_anthropic_cannot_express(body: JSON) -> None:

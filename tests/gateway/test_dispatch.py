@@ -1,0 +1,151 @@
+"""One upstream attempt against a provider behind an injected MockTransport (SPEC C5, F1, H1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway import upstream
+from gateway.dispatch import Attempt, attempt_send
+from gateway.errors import InvalidRequest, UpstreamRateLimited
+from gateway.pipeline import FAILURES
+from gateway.providers.base import Outcome
+from quotas.core.retry import Next, retry_decide
+from routing.catalogue import EndpointEntry, ProviderEntry
+
+BASE_URL = "http://provider.test/v1"
+SECRET_PARTS = ("sk-proj-abcd", "wxyz", "org-PLATFORM", "proj_PLATFORM", "Used 29500")
+ENDPOINT = EndpointEntry(
+    id=1,
+    key="acme/chat@openai",
+    model_id=1,
+    model_slug="acme/chat",
+    provider=ProviderEntry(
+        id=1,
+        name="openai",
+        protocol="openai",
+        base_url=BASE_URL,
+        api_key="sk-proj-abcd0123456789wxyz",
+        cache_ttl_seconds=300,
+    ),
+    upstream_model="gpt-4o",
+    price_input=1.0,
+    price_cached_input=0.1,
+    price_output=2.0,
+    context_window=128000,
+    max_output=4096,
+    supports=frozenset({"tools", "stream"}),
+)
+# What OpenAI really answers: the platform's key (masked), organisation, project and the shared
+# pool's usage — none of it is the caller's business.
+PROVIDER_ERRORS = {
+    "bad credential": (
+        401,
+        "Incorrect API key provided: sk-proj-abcd****wxyz. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+        "invalid_api_key",
+        {},
+    ),
+    "rate limited": (
+        429,
+        "Rate limit reached for gpt-4o in organization org-PLATFORM on tokens per min (TPM): "
+        "Limit 30000, Used 29500, Requested 900. Please try again in 1.8s.",
+        "rate_limit_exceeded",
+        {"retry-after": "2"},
+    ),
+    "quota exhausted": (
+        429,
+        "You exceeded your current quota (org-PLATFORM), please check your plan and billing.",
+        "insufficient_quota",
+        {},
+    ),
+    "no access": (
+        403,
+        "Project `proj_PLATFORM` does not have access to model `gpt-4o`",
+        "model_not_found",
+        {},
+    ),
+    "server error": (500, "The server had an error (org-PLATFORM).", "server_error", {}),
+}
+
+
+@pytest.fixture
+def provider() -> Iterator[dict[str, httpx.Response]]:
+    """The provider's next answer, served through the gateway's own client for its URL."""
+    answer: dict[str, httpx.Response] = {}
+    client = httpx.AsyncClient(
+        base_url=BASE_URL, transport=httpx.MockTransport(lambda request: answer["response"])
+    )
+    upstream._clients[BASE_URL] = client
+    try:
+        yield answer
+    finally:
+        upstream._clients.pop(BASE_URL, None)
+        asyncio.run(client.aclose())
+
+
+def send() -> Attempt:
+    body = {"model": "acme/chat", "messages": [{"role": "user", "content": "hi"}]}
+    return asyncio.run(
+        attempt_send(
+            ENDPOINT, body, stream=False, response_id="gen-1", model="acme/chat", created=1
+        )
+    )
+
+
+def answer(status: int, message: str, code: str, headers: dict[str, str]) -> httpx.Response:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return httpx.Response(status, headers=headers, content=json.dumps({"error": error}))
+
+
+@pytest.mark.parametrize("case", PROVIDER_ERRORS, ids=list(PROVIDER_ERRORS))
+def test_it_never_tells_the_caller_the_providers_credential_account_or_usage(provider, case):
+    provider["response"] = answer(*PROVIDER_ERRORS[case])
+    attempt = send()
+    assert attempt.error is not None
+    told = json.dumps(attempt.error.envelope())
+    assert not [part for part in SECRET_PARTS if part in told], told
+    assert "openai" in attempt.error.message  # still says who failed, and how
+    assert attempt.failure is not None
+    assert attempt.failure.message == PROVIDER_ERRORS[case][1]  # kept for logs
+
+
+def test_it_passes_on_why_the_provider_rejected_the_callers_request(provider):
+    provider["response"] = answer(400, "'messages' must contain the word 'json'.", "bad", {})
+    attempt = send()
+    assert isinstance(attempt.error, InvalidRequest)
+    assert "must contain the word 'json'" in attempt.error.message
+
+
+def test_it_says_when_to_retry_after_the_provider_refused_for_capacity(provider):
+    provider["response"] = answer(*PROVIDER_ERRORS["rate limited"])
+    attempt = send()
+    assert isinstance(attempt.error, UpstreamRateLimited)
+    assert attempt.error.retry_after == 2.0
+    provider["response"] = answer(429, "Slow down.", "rate_limit_exceeded", {})
+    assert send().error.retry_after == 1.0  # type: ignore[union-attr]
+
+
+def test_it_moves_on_from_a_provider_that_refuses_our_credential_and_never_retries_it():
+    def decide(endpoints_left: int):
+        return retry_decide(
+            FAILURES[Outcome.AUTH],
+            retries_used=0,
+            retry_budget=2,
+            retry_after=None,
+            now=0.0,
+            deadline=10.0,
+            expected_attempt_seconds=0.1,
+            fallback_allowed=True,
+            endpoints_left=endpoints_left,
+            rng=random.Random(0),
+        )
+
+    assert decide(endpoints_left=1).next is Next.NEXT_ENDPOINT
+    alone = decide(endpoints_left=0)
+    assert (alone.next, alone.reason) == (Next.GIVE_UP, "not_retryable")
