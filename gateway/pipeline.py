@@ -143,11 +143,29 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     except GatewayError as error:
         return error_response(error)
     data = [
-        {"id": slug, "object": "model", "created": 0, "owned_by": "switchyard"}
+        _model_object(slug)
         for slug, model in sorted(snapshot.catalogue.models.items())
         if model.endpoints and principal.may_use(slug)
     ]
     return _json({"object": "list", "data": data})
+
+
+async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
+    """``GET /v1/models/{id}`` (the SDKs' ``models.retrieve``): one model this key may use."""
+    try:
+        snapshot = await _snapshot()
+        principal = _identify(snapshot, request, time.time())
+        model = snapshot.catalogue.models.get(model_id)
+        if model is None or not model.endpoints or not principal.may_use(model_id):
+            # The same answer whether it does not exist or this key may not see it.
+            raise UnknownModel(f"The model '{model_id}' does not exist.")
+    except GatewayError as error:
+        return error_response(error)
+    return _json(_model_object(model_id))
+
+
+def _model_object(slug: str) -> dict[str, Any]:
+    return {"id": slug, "object": "model", "created": 0, "owned_by": "switchyard"}
 
 
 async def _snapshot() -> Snapshot:

@@ -7,6 +7,7 @@ from gateway.metrics import metrics_view
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
     path("v1/models", views.models_list, name="models-list"),
+    path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
     path("ops/", include("ops.urls")),
     path("admin/", admin.site.urls),

@@ -23,6 +23,12 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     return await pipeline.models_list(request)
 
 
+async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    return await pipeline.model_detail(request, model_id)
+
+
 def _method_not_allowed(allowed: str) -> HttpResponse:
     return error_response(MethodNotAllowed(f"Use {allowed} for this endpoint."), {"Allow": allowed})
 

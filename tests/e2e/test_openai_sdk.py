@@ -148,3 +148,10 @@ def test_it_streams_a_tool_call(client, protocol):
 def test_it_lists_the_models_the_key_may_use(client):
     ids = {m.id for m in client.models.list()}
     assert {"acme/chat-large", "acme/chat-small"} <= ids
+
+
+def test_it_retrieves_one_model_and_says_404_for_one_it_does_not_know(client):
+    assert client.models.retrieve("acme/chat-large").id == "acme/chat-large"
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.models.retrieve("acme/nope")
+    assert refused.value.body["code"] == "model_not_found"
