@@ -11,12 +11,9 @@ Each step is one call into the app that owns it; nothing clever lives here.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random
 import time
-from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -25,8 +22,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
-from gateway import metrics
-from gateway import redis as sy_redis
+from gateway import idempotency, metrics
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.decision import decision_headers
@@ -36,7 +32,6 @@ from gateway.errors import (
     BodyTooLarge,
     CapacityRefused,
     GatewayError,
-    IdempotencyConflict,
     InvalidRequest,
     PermissionDenied,
     ServiceUnavailable,
@@ -62,8 +57,6 @@ from routing.live import LiveRouter, live_router
 from tenants.identity import Principal, bearer_secret
 
 log = logging.getLogger(__name__)
-
-_IDEMPOTENCY_RELEASE_LUA = (Path(__file__).parent / "lua" / "idempotency_release.lua").read_text()
 
 PROVIDER_HEADER = "x-switchyard-provider"
 ROUTE_HEADER = "x-switchyard-route"
@@ -105,7 +98,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         call.stream = bool(body.get("stream"))
         call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
         if call.idempotency_key:
-            await _idempotency_claim(call)
+            await idempotency.claim(call)
         candidates = await _plan(call, snapshot, body, request)
         try:
             return await _serve(call, snapshot, body, candidates)
@@ -120,18 +113,18 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         error = ServiceUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
-        await _idempotency_release(call)
+        await idempotency.release(call)
         return error_response(error, _headers(call, retry_after=1.0))
     except GatewayError as error:
         call.reason = error.reason
         generation_record(call, status=error.status)
-        await _idempotency_release(call)
+        await idempotency.release(call)
         return error_response(error, _headers(call, retry_after=_retry_after(error)))
     except asyncio.CancelledError:  # the client left, perhaps while waiting for capacity
         if not call.recorded:  # C8: the ledger shows it, even if no provider ever saw it
             call.reason = "client_disconnected"
             generation_record(call, status=499, cancelled=True)
-        await _idempotency_release(call)
+        await idempotency.release(call)
         raise
 
 
@@ -240,34 +233,6 @@ def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, 
     call.model = snapshot.catalogue.models[model.fallback_slug]
     call.explanation.append(f"degraded:{model.slug}->{call.model.slug}")
     return {**body, "model": call.model.slug, "models": []}
-
-
-async def _idempotency_claim(call: Call) -> None:
-    """E3: a request with an Idempotency-Key reaches a provider once, however often it is sent."""
-    key = _idempotency_redis_key(call)
-    client = sy_redis.async_client()
-    if not await client.set(key, call.id, nx=True, ex=settings.IDEMPOTENCY_TTL_SECONDS):
-        first = (await client.get(key) or b"").decode()
-        raise IdempotencyConflict(
-            f"A request with this Idempotency-Key was already accepted as {first}; "
-            "it is not sent again (its result: GET /v1/generation?id=…)."
-        )
-
-
-async def _idempotency_release(call: Call) -> None:
-    """A request refused before it reached any provider gives its Idempotency-Key back, so the
-    corrected or later retry is served instead of meeting 409 (the claim stays otherwise)."""
-    if not call.idempotency_key or call.attempts:
-        return
-    key = _idempotency_redis_key(call)
-    with suppress(RedisError):  # a claim that cannot be given back now expires with its TTL
-        await sy_redis.async_client().eval(_IDEMPOTENCY_RELEASE_LUA, 1, key, call.id)
-
-
-def _idempotency_redis_key(call: Call) -> str:
-    assert call.principal is not None
-    digest = hashlib.sha256(call.idempotency_key.encode()).hexdigest()[:32]
-    return sy_redis.key("idempotency", call.principal.tenant_id, digest)
 
 
 async def _plan(
