@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Histogram,
@@ -49,6 +50,11 @@ UNEXPLAINED_429 = Counter(
     "concurrency limit.",
     ["provider"],
 )
+RETRY_AFTER = Counter(
+    "switchyard_provider_retry_after_total",
+    "Provider refusals (429, 503, 529) that said when to come back, by provider.",
+    ["provider"],
+)
 QUEUE_WAIT = Histogram(
     "switchyard_queue_wait_seconds",
     "Time requests waited for capacity.",
@@ -78,10 +84,20 @@ OVER_RESERVED = Counter(
 def metrics_view(request: HttpRequest) -> HttpResponse:
     if tenant_member(request.user) is not None:  # staff to sign in to the admin, not operators
         raise PermissionDenied("Metrics are for the platform's operators.")
+    from ops.prometheus import SaturationCollector  # models: not at the proxy's import time
+
+    data = generate_latest(_process_registry())
+    # The live saturation is read from the store at each scrape (ops.prometheus).
+    saturation = CollectorRegistry()
+    saturation.register(SaturationCollector())
+    data += generate_latest(saturation)
+    return HttpResponse(data, content_type=CONTENT_TYPE_LATEST)
+
+
+def _process_registry() -> CollectorRegistry:
+    """What the proxy counted: summed over its worker processes when there are several."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        data = generate_latest(registry)
-    else:
-        data = generate_latest()
-    return HttpResponse(data, content_type=CONTENT_TYPE_LATEST)
+        return registry
+    return REGISTRY

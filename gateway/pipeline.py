@@ -198,7 +198,7 @@ def _model(snapshot: Snapshot, principal: Principal, body: dict[str, Any]) -> Mo
         slug, _ = model_suffix_split(requested)
         model = snapshot.catalogue.models.get(slug)
         if model is None or not model.endpoints:
-            raise UnknownModel(f"The model '{slug}' does not exist.", param=param)
+            raise UnknownModel(f"The model '{requested}' does not exist.", param=param)
         if not principal.may_use(slug):
             raise PermissionDenied(f"This API key may not use the model '{slug}'.", param=param)
         found = found or model
@@ -335,6 +335,8 @@ async def _serve(
                 admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)
             )
         retry_after = attempt.limits.retry_after
+        if retry_after is not None:
+            metrics.RETRY_AFTER.labels(admitted.endpoint.provider.name).inc()
         if failure.outcome is Outcome.CAPACITY:
             demand = demand_usage(admitted.demand, admitted.endpoint)
             if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):

@@ -282,3 +282,20 @@ def _batched(items: Any, size: int) -> Any:
 def _with_database(url: str, name: str) -> str:
     base, _, _ = url.rpartition("/")
     return f"{base}/{name}"
+
+
+def staff_client(stack: Stack) -> httpx.Client:
+    """An HTTP client signed in to the stack's admin as its demo superuser."""
+    password = stack.manage("demo_admin").strip()
+    client = httpx.Client(base_url=stack.base_url, timeout=30)
+    client.get("/admin/login/")
+    client.post(
+        "/admin/login/?next=/admin/",
+        data={
+            "username": "admin",
+            "password": password,
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{stack.base_url}/admin/login/"},
+    )
+    return client

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.brokerstate import bucket_available, learned_available
-from tests.stack import Stack, wait_until
+from tests.stack import Stack, staff_client, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -346,6 +346,18 @@ def test_it_sends_nothing_to_a_provider_before_its_retry_after(broker_stack):
     assert after["requests_ignoring_retry_after"] == 0
     refused = [r for r, _ in results if r.status_code == 429]
     assert all(r.headers.get("Retry-After") for r in refused)
+    # H2: operators see how often providers said when to come back.
+    client = staff_client(broker_stack)
+    try:
+        page = client.get("/metrics").text
+    finally:
+        client.close()
+    counted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith('switchyard_provider_retry_after_total{provider="epsilon"}')
+    ]
+    assert counted and counted[0] >= 1
 
 
 def test_it_learns_a_concurrency_limit_the_provider_does_not_publish(broker_stack):

@@ -3,23 +3,9 @@
 import httpx
 import pytest
 
+from tests.stack import staff_client
+
 pytestmark = pytest.mark.e2e
-
-
-def staff_client(stack) -> httpx.Client:
-    password = stack.manage("demo_admin").strip()
-    client = httpx.Client(base_url=stack.base_url, timeout=30)
-    client.get("/admin/login/")
-    client.post(
-        "/admin/login/?next=/admin/",
-        data={
-            "username": "admin",
-            "password": password,
-            "csrfmiddlewaretoken": client.cookies["csrftoken"],
-        },
-        headers={"Referer": f"{stack.base_url}/admin/login/"},
-    )
-    return client
 
 
 def test_it_shows_metrics_to_staff_only(stack):

@@ -1,13 +1,25 @@
-"""``/metrics`` (SPEC H2) names every tenant in its labels: platform operators only (A4)."""
+"""``/metrics`` (SPEC H2): live saturation read at the scrape; it names every tenant in its
+labels, so it is for platform operators only (A4)."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis.asyncio
+from django.conf import settings
 from django.test import Client
 
+from ops.levels import broker_spec
+from quotas.core.model import Usage
+from quotas.models import Bucket
+from quotas.snapshot import learned_buckets
+from quotas.store.queue_redis import queue_prefix
+from quotas.store.redis import RedisReservationStore
+from routing.models import Provider
 from tests.personas import Personas, personas_create, redis_prefix_scope
 
 
@@ -40,3 +52,62 @@ def test_it_never_shows_metrics_to_a_tenant_member(personas: Personas, member: s
 def test_it_sends_a_visitor_to_the_admin_login(personas: Personas) -> None:
     page = Client().get("/metrics")
     assert page.status_code == 302 and "/admin/login/" in page["Location"]
+
+
+def _gauges(page: Any, name: str) -> dict[str, float]:
+    """``{labels: value}`` of one metric in a Prometheus text page."""
+    prefix = name + "{"
+    return {
+        line[len(prefix) : line.rindex("}")]: float(line.rsplit(" ", 1)[1])
+        for line in page.content.decode().splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def test_it_reads_each_buckets_level_and_each_providers_queue_at_the_scrape(
+    personas: Personas,
+) -> None:
+    # The web app's concurrency: 5 of 20 held, in the broker's own store (as the proxy does).
+    web = broker_spec(Bucket.objects.get(name="app:acme/search/web:concurrency"))
+    gamma = Provider.objects.get(name="gamma")
+    [learned] = learned_buckets([gamma], {})
+
+    async def hold() -> None:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        try:
+            store = RedisReservationStore(client, prefix=settings.REDIS_PREFIX)
+            await store.bootstrap()
+            await store.reserve("test-metrics:1", [web], Usage(concurrency=5), lease_seconds=300)
+            for k in range(4):  # gamma refuses with four in flight: its learned limit drops
+                spec = broker_spec(learned)
+                await store.reserve(f"test-metrics:g{k}", [spec], Usage(), lease_seconds=300)
+            await store.observe(broker_spec(learned), remaining=0.0)
+            await client.zadd(f"{queue_prefix(settings.REDIS_PREFIX, f'provider:{gamma.id}')}:d",
+                              {"w1": 1e12, "w2": 1e12})  # fmt: skip
+        finally:
+            await client.aclose()
+
+    asyncio.run(hold())
+    page = personas.client(personas.staff).get("/metrics")
+
+    web_labels = 'bucket="app:acme/search/web:concurrency",dimension="concurrency",scope="app"'
+    assert _gauges(page, "switchyard_bucket_capacity")[web_labels] == 20
+    assert _gauges(page, "switchyard_bucket_available")[web_labels] == 15
+    gamma_labels = (
+        'bucket="provider:gamma:concurrency:learned",dimension="concurrency",scope="provider"'
+    )
+    assert _gauges(page, "switchyard_bucket_capacity")[gamma_labels] == pytest.approx(3.6, abs=0.5)
+    assert _gauges(page, "switchyard_provider_queue_depth")['provider="gamma"'] == 2
+    assert _gauges(page, "switchyard_provider_queue_depth")['provider="alpha"'] == 0
+
+
+def test_it_still_answers_the_scrape_when_the_store_cannot_be_read(
+    personas: Personas, settings: Any
+) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        settings.REDIS_URL = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+    page = personas.client(personas.staff).get("/metrics")
+    assert page.status_code == 200
+    assert b"switchyard_requests_total" in page.content
+    assert b"switchyard_bucket_available{" not in page.content

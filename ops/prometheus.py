@@ -1,0 +1,95 @@
+"""Live saturation for Prometheus (SPEC H2): what every bucket holds and every queue waits.
+
+Counters and histograms are counted by the proxy as requests pass; the fill of a bucket is a
+state, read from the broker's store when Prometheus scrapes (one ``levels`` script call for
+all buckets, one pipeline for the queue depths), so an alert on saturation needs nothing else.
+
+- ``switchyard_bucket_capacity`` / ``switchyard_bucket_available`` per bucket (its name, scope
+  and dimension): every configured bucket, and each provider's learned concurrency limit (its
+  capacity is the limit learned so far). Saturation is ``1 - available / capacity``.
+- ``switchyard_provider_queue_depth``: requests waiting in each provider pool's fair queue.
+
+Only platform staff read ``/metrics`` (``gateway.metrics.metrics_view``): these name every
+tenant's buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import redis
+from django.conf import settings
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+
+from ops.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
+from quotas.core.model import BucketSpec
+from quotas.models import Bucket
+from quotas.snapshot import bucket_spec, learned_buckets
+from quotas.store.queue_redis import queue_prefix
+from routing.models import Provider
+
+log = logging.getLogger(__name__)
+LABELS = ["bucket", "scope", "dimension"]
+
+
+class SaturationCollector(Collector):
+    """Bucket levels and queue depths, read at each scrape."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        capacity = GaugeMetricFamily(
+            "switchyard_bucket_capacity",
+            "A bucket's capacity (a learned limit: the value learned so far).",
+            labels=LABELS,
+        )
+        available = GaugeMetricFamily(
+            "switchyard_bucket_available", "What a bucket has left now.", labels=LABELS
+        )
+        depth = GaugeMetricFamily(
+            "switchyard_provider_queue_depth",
+            "Requests waiting in a provider pool's fair queue.",
+            labels=["provider"],
+        )
+        buckets = _all_buckets()
+        providers = list(Provider.objects.order_by("name"))
+        try:
+            levels, _ = store_levels([broker_spec(b) for b in buckets])
+            depths = _queue_depths(providers)
+        except (RedisError, OSError) as exc:  # the scrape still answers; the gap shows it
+            log.warning("saturation metrics unavailable: %s", exc)
+            return
+        for bucket, level in zip(buckets, levels, strict=True):
+            labels = [bucket.name, bucket.scope_kind, bucket.dimension]
+            capacity.add_metric(labels, level.capacity)
+            available.add_metric(labels, level.available)
+        for provider, waiting in zip(providers, depths, strict=True):
+            depth.add_metric([provider.name], waiting)
+        yield capacity
+        yield available
+        yield depth
+
+
+def _all_buckets() -> list[Bucket]:
+    buckets = list(Bucket.objects.order_by("scope_kind", "name"))
+    configured: dict[tuple[str, int], list[BucketSpec]] = {}
+    for b in buckets:
+        if b.scope_kind == Bucket.ScopeKind.PROVIDER:
+            configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
+    return buckets + learned_buckets(Provider.objects.order_by("name"), configured)
+
+
+def _queue_depths(providers: list[Provider]) -> list[int]:
+    client = redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+    )
+    try:
+        pipe = client.pipeline(transaction=False)
+        for provider in providers:
+            pipe.zcard(f"{queue_prefix(settings.REDIS_PREFIX, f'provider:{provider.id}')}:d")
+        return [int(n) for n in pipe.execute()]
+    finally:
+        client.close()
