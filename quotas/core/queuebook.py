@@ -262,13 +262,17 @@ class QueueBook:
         if not specs or len(flow) < 2:
             return None
         names = [spec.name for spec in specs]
-        ahead = []
-        for other in list(itertools.islice(flow, min(len(flow) - 1, DRAIN_SCAN))):
-            amounts = dict((spec.name, amount) for spec, amount in other.parts)
-            ahead.append((other.deadline, [amounts.get(name, 0.0) for name in names]))
-        own = dict((spec.name, amount) for spec, amount in entry.parts)
+
+        def amounts(waiter: Entry) -> list[float]:
+            taken = {spec.name: amount for spec, amount in waiter.parts}
+            return [taken.get(name, 0.0) for name in names]
+
+        # The newcomer is its flow's last; at most DRAIN_SCAN of those before it are read.
+        ahead = [
+            (w.deadline, amounts(w)) for w in itertools.islice(flow, min(len(flow) - 1, DRAIN_SCAN))
+        ]
         levels = self.book.refill_levels(specs, now=now)
-        floor, which = drain_floor(ahead, [own[name] for name in names], levels, now)
+        floor, which = drain_floor(ahead, amounts(entry), levels, now)
         if floor <= entry.deadline:
             return None
         rid = entry.reservation_id
