@@ -58,6 +58,8 @@ class Plan:
     demoted: tuple[tuple[str, str], ...] = ()  # (endpoint id, reason): planned, but last
     input_tokens: float = 0.0
     output_tokens: float = 0.0
+    # Endpoints whose cap bound held this request's share down (G10): demand the cap refused.
+    capped: tuple[str, ...] = ()
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
@@ -80,6 +82,7 @@ def plan_build(
     costs: list[float] = []
     refused: list[tuple[str, str]] = []
     demoted: list[tuple[str, str]] = []
+    capped: list[str] = []
     first: _ModelPart | None = None
     strategy = default_strategy
     for n, slug in enumerate(slugs):
@@ -96,6 +99,7 @@ def plan_build(
         costs.extend(part.costs[i] for i in part.order)
         refused.extend(part.refused)
         demoted.extend(part.demoted)
+        capped.extend(part.capped)
     return Plan(
         attempts=tuple(attempts),
         costs=tuple(costs),
@@ -106,11 +110,13 @@ def plan_build(
         demoted=tuple(demoted),
         input_tokens=first.input_tokens if first else 0.0,
         output_tokens=first.output_tokens if first else 0.0,
+        capped=tuple(capped),
     )
 
 
 class _ModelPart:
     __slots__ = (
+        "capped",
         "costs",
         "demoted",
         "input_tokens",
@@ -126,6 +132,7 @@ class _ModelPart:
         self.costs: dict[int, float] = {}
         self.refused: list[tuple[str, str]] = []
         self.demoted: list[tuple[str, str]] = []
+        self.capped: list[str] = []
         self.sticky = False
         self.sticky_reason = ""
         self.input_tokens = 0.0
@@ -142,6 +149,9 @@ def _model_part(
     sticky_allowed: bool,
 ) -> _ModelPart:
     part = _ModelPart()
+    checked = bool(request.features & CHECKED_FEATURES)
+    if not checked:
+        table = table.plain  # a quality flag demotes only where output is checked (G8)
     figures = table.figures
     assert figures is not None
     tokens_in = request.input_tokens if request.input_tokens is not None else figures.input_tokens
@@ -165,12 +175,13 @@ def _model_part(
     )
     if not cand:
         return part
-    inv = table.inv_checked if request.features & CHECKED_FEATURES else table.inv_plain
+    inv = table.inv_checked if checked else table.inv_plain
     ci, co, cc = table.coef_in, table.coef_out, table.coef_const
     costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
     part.costs = dict(zip(cand, costs, strict=True))
     if strategy == "routing_cost":
-        order = _routing_cost_order(table, cand, costs, rng)
+        order, capped = _routing_cost_order(table, cand, costs, rng)
+        part.capped.extend(table.endpoints[i].id for i in capped)
         # A demoted endpoint goes first only as a probe (its probe share); as a fallback it
         # comes after every healthy endpoint ("planned, but last").
         order = order[:1] + sorted(order[1:], key=lambda i: table.demoted[i] != "")
@@ -198,7 +209,8 @@ def _model_part(
 
 def _routing_cost_order(
     table: ModelTable, cand: list[int], costs: list[float], rng: random.Random
-) -> list[int]:
+) -> tuple[list[int], list[int]]:
+    """The order drawn from the shares, and the endpoints held at their cap bound."""
     if len(cand) == len(table.endpoints):
         mult, lower, upper = table.multiplier, table.lower, table.upper
     else:
@@ -206,7 +218,12 @@ def _routing_cost_order(
         lower = [table.lower[i] for i in cand]
         upper = [table.upper[i] for i in cand]
     shares = fill(band_weights(costs, mult, table.params), lower, upper)
-    return [cand[k] for k in weighted_order(shares, rng)]
+    capped = [
+        cand[k]
+        for k, (x, lo, hi) in enumerate(zip(shares, lower, upper, strict=True))
+        if lo < hi < 1.0 and x >= hi * (1.0 - 1e-9)
+    ]
+    return [cand[k] for k in weighted_order(shares, rng)], capped
 
 
 def _sort_key(
@@ -346,6 +363,8 @@ def _plan_unpartitioned(
             refused.append((slug, "unknown_model"))
             continue
         part = _model_part(table, request, sort, now, rng, sticky_allowed=False)
+        if not request.features & CHECKED_FEATURES:
+            table = table.plain  # as _model_part ranked it
         first = first or part
         refused.extend(part.refused)
         for i in part.order:

@@ -22,6 +22,7 @@ from routing.core.stats import (
     LAST_WRITER,
     Outcome,
     State,
+    endpoint_capped,
     endpoint_observe,
     traffic_observe,
 )
@@ -75,9 +76,15 @@ class Router:
 
     def plan(self, request: RoutingRequest, now: float, rng: random.Random) -> Plan:
         """The ranked attempt plan for ``request`` at ``now`` (G1–G14)."""
-        return plan_build(
+        plan = plan_build(
             request, self.table, now=now, rng=rng, default_strategy=self.default_strategy
         )
+        for endpoint_id in plan.capped:  # the cap grows while it holds demand back (G10)
+            model = self._model_of[endpoint_id]
+            endpoint_capped(self.stats.setdefault(endpoint_id, {}), now, model.params)
+            if self.track_pending:
+                endpoint_capped(self._pending.setdefault(endpoint_id, {}), now, model.params)
+        return plan
 
     def table(self, slug: str, now: float) -> ModelTable | None:
         """The model's table, rebuilt when older than its refresh interval (or invalidated)."""

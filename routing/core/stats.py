@@ -9,7 +9,8 @@ counts a prior twice and a new endpoint is simply an empty dict.
 
 Keys (S = sum, all decayed; groups by half-life):
     fast (fast_half_life_s):      n attempts, rl 429s, flt provider faults, rlt Σ seconds to a 429
-    backoff (backoff_half_life_s): bn attempts, bf faults + 429s, brl 429s
+    backoff (backoff_half_life_s): bn attempts, bf faults + 429s, brl 429s,
+                                  bcp plans whose share the cap held down (demand it refused)
     speed (speed_half_life_s):    ok timed answers, ttft Σ TTFT, gen Σ streaming seconds,
                                   out Σ output tokens of timed answers,
                                   in / cin Σ input / cached input tokens (token-weighted hit rate)
@@ -33,7 +34,7 @@ State = dict[str, float]
 
 LN2 = math.log(2.0)
 FAST = ("n", "rl", "flt", "rlt")
-BACKOFF = ("bn", "bf", "brl")
+BACKOFF = ("bn", "bf", "brl", "bcp")
 SPEED = ("ok", "ttft", "gen", "out", "in", "cin")
 QUALITY = ("chk", "bad")
 TRAFFIC = ("req", "in", "out")
@@ -223,9 +224,21 @@ def _cap_on_rate_limit(state: State, now: float, params: RoutingParameters) -> N
     state["capt"] = now
 
 
+def endpoint_capped(state: State, now: float, params: RoutingParameters) -> None:
+    """A plan's share of this endpoint was held at its cap bound (G10): the cap refused demand."""
+    if now >= state.get("t", now):
+        endpoint_decay(state, now, params)
+        _add(state, "bcp", 1.0)
+    else:  # a late note counts as already decayed, like a late sample
+        _add(state, "bcp", decay_factor(state["t"] - now, params.backoff_half_life_s))
+
+
 def _cap_on_answer(state: State, now: float, params: RoutingParameters) -> None:
-    # "No 429s under load: cap rises" — growth accrues only over time spent near the cap while
-    # 429s are rare, so a provider that adds capacity gets more traffic by itself.
+    # "No 429s under load: cap rises" — growth accrues only over time the cap binds while 429s
+    # are rare, so a provider that adds capacity gets more traffic by itself. It binds when the
+    # endpoint runs near it, or when it holds plans back: the bound is on each request's share,
+    # so when only some requests want the endpoint (long prompts, say) it holds them back while
+    # the endpoint's total load stays well below the cap.
     cap = state.get("cap", 0.0)
     if cap <= 0.0:
         return
@@ -233,7 +246,10 @@ def _cap_on_answer(state: State, now: float, params: RoutingParameters) -> None:
     if (
         since > 0.0
         and recent_rate_limited(state) < params.cap_quiet_rate
-        and attempt_rate(state, params) >= params.cap_saturation * cap
+        and (
+            attempt_rate(state, params) >= params.cap_saturation * cap
+            or state.get("bcp", 0.0) >= 1.0
+        )
     ):
         state["cap"] = cap * (1.0 + params.cap_growth_per_min) ** (since / 60.0)
     state["capt"] = max(now, state.get("capt", now))

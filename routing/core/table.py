@@ -52,6 +52,7 @@ class ModelTable:
         "model",
         "multiplier",
         "params",
+        "plain",
         "refused",
         "upper",
     )
@@ -89,6 +90,24 @@ class ModelTable:
         self.lower: list[float] = []  # floor or probe share
         self.upper: list[float] = []  # cap bound
         self.legacy_outage: list[bool] = []  # for the price-only router
+        # The table for requests whose output is not checked (no tools, no response_format):
+        # the quality flag (malformed tool calls, G8) says nothing about their answers, so it
+        # does not demote there. ``self`` when no endpoint is flagged for quality alone.
+        self.plain: ModelTable = self
+
+    def guards_variant(self) -> ModelTable:
+        """A table sharing every list of this one except the guards' (``_guards_fill`` sets
+        them): lists filled later are filled for both."""
+        other = ModelTable(self.model, self.built_at)
+        other.estimates, other.figures, other.lam = self.estimates, self.figures, self.lam
+        other.coef_in, other.coef_out, other.coef_const = (
+            self.coef_in,
+            self.coef_out,
+            self.coef_const,
+        )
+        other.inv_plain, other.inv_checked = self.inv_plain, self.inv_checked
+        other.breaker_closed_at, other.legacy_outage = self.breaker_closed_at, self.legacy_outage
+        return other
 
     def price_per_token(self, i: int) -> tuple[float, float]:
         """(effective input, output) USD per token of endpoint i at its measured hit rate."""
@@ -114,6 +133,29 @@ def _held_fault_rate(
     if answered + weight <= 0.0:
         return figures.fault_rate
     return (faults + weight * figures.fault_rate) / (answered + weight)
+
+
+def _guards_fill(table: ModelTable, demoted: list[str]) -> None:
+    """The guards' share bounds (G7, G8, G10) given which endpoints are ``demoted``: probe share
+    for those; for the others the backoff multiplier, the floor and the cap bound."""
+    p, figures = table.params, table.figures
+    assert figures is not None
+    estimates = table.estimates
+    model_rate = sum(est.attempt_rate for est in estimates)
+    healthy = demoted.count("")
+    floor = min(p.floor_share, p.floor_total / healthy) if healthy else 0.0
+    expected = figures.fault_rate + figures.rate_limited_rate
+    table.demoted = demoted
+    table.multiplier, table.lower, table.upper = [], [], []
+    for est, why in zip(estimates, demoted, strict=True):
+        if why:
+            table.multiplier.append(0.0)
+            table.lower.append(p.probe_share)
+            table.upper.append(p.probe_share)
+        else:
+            table.multiplier.append(backoff_multiplier(est.backoff_failure_rate, expected, p))
+            table.lower.append(floor)
+            table.upper.append(max(floor, cap_share(est.cap_rps, model_rate)))
 
 
 def table_build(
@@ -164,10 +206,21 @@ def table_build(
         now if was_open[i] and not breaker[i] else closed_at[i] for i in range(len(eps))
     ]
     flagged = quality_flagged([est.bad_output_rate for est in estimates], p)
-    model_rate = sum(est.attempt_rate for est in estimates)
-    healthy = sum(1 for i, e in enumerate(eps) if not (breaker[i] or flagged[i] or e.flagged))
-    floor = min(p.floor_share, p.floor_total / healthy) if healthy else 0.0
-    expected = figures.fault_rate + figures.rate_limited_rate
+    demoted = [
+        "breaker" if breaker[i] else "flagged" if (flagged[i] or e.flagged) else ""
+        for i, e in enumerate(eps)
+    ]
+    _guards_fill(table, demoted)
+    if any(flagged[i] and not (breaker[i] or e.flagged) for i, e in enumerate(eps)):
+        table.plain = table.guards_variant()
+        # An admin's flag (benchmark accuracy) holds for every request; the measured one not.
+        _guards_fill(
+            table.plain,
+            [
+                "breaker" if b else "flagged" if e.flagged else ""
+                for b, e in zip(breaker, eps, strict=True)
+            ],
+        )
     for i, (e, est) in enumerate(zip(eps, estimates, strict=True)):
         a, b, c = attempt_coefficients(e, est, lam, p)
         table.coef_in.append(a)
@@ -175,16 +228,6 @@ def table_build(
         table.coef_const.append(c)
         table.inv_plain.append(attempts_per_good_answer(est, p, output_checked=False))
         table.inv_checked.append(attempts_per_good_answer(est, p, output_checked=True))
-        demoted = "breaker" if breaker[i] else "flagged" if (flagged[i] or e.flagged) else ""
-        table.demoted.append(demoted)
-        if demoted:
-            table.multiplier.append(0.0)
-            table.lower.append(p.probe_share)
-            table.upper.append(p.probe_share)
-        else:
-            table.multiplier.append(backoff_multiplier(est.backoff_failure_rate, expected, p))
-            table.lower.append(floor)
-            table.upper.append(max(floor, cap_share(est.cap_rps, model_rate)))
         # Price-only router: "a significant failure in the last 30 s" = enough recent failures
         # and a large enough share of recent attempts failing (fast window).
         state = raw[i]

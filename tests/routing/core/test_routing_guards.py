@@ -7,7 +7,7 @@ from collections import Counter
 from routing.core import EndpointConfig, ModelConfig, Outcome, Router, RoutingRequest
 from routing.core.guards import backoff_multiplier
 from routing.core.parameters import RoutingParameters
-from routing.core.stats import attempt_rate, endpoint_observe
+from routing.core.stats import attempt_rate, endpoint_capped, endpoint_observe
 
 P = RoutingParameters()
 
@@ -118,6 +118,38 @@ def test_it_learns_a_cap_sends_the_excess_elsewhere_and_raises_it_when_capacity_
     assert firsts["cheap"] / (firsts["cheap"] + firsts["dear"]) > 0.7
 
 
+def test_it_raises_a_cap_that_holds_plans_back_though_the_endpoint_runs_far_below_it():
+    """The cap bounds each request's share, so when only some requests want an endpoint (long
+    prompts, say) it holds them back while the endpoint's total load stays far below the cap:
+    "near the cap" never comes, and without this the cap would never grow back."""
+
+    def load(held_back: bool) -> float:
+        state: dict[str, float] = {"cap": 2.0, "capt": 0.0, "caps": -100.0}
+        for k in range(1200):  # 0.5 answers/s for 40 min, no 429: a quarter of the cap
+            t = k * 2.0
+            if held_back:
+                endpoint_capped(state, t, P)
+            endpoint_observe(state, GOOD, t, P)
+        return state["cap"]
+
+    assert load(held_back=False) == 2.0
+    assert load(held_back=True) > 100.0  # +25 %/min
+
+
+def test_it_notes_each_plan_the_cap_held_back():
+    cheap, dear = endpoint("cheap", 0.1), endpoint("dear", 0.6)
+    router = Router([ModelConfig("m", (cheap, dear))])
+    rng = random.Random(1)
+    for k in range(100):  # 10 answers/s on each: the model runs at 20/s
+        router.observe(cheap.id, GOOD, k * 0.1)
+        router.observe(dear.id, GOOD, k * 0.1)
+    router.stats[cheap.id]["cap"] = 1.0  # a twentieth of the model's rate
+    plan = router.plan(PLAIN, 10.0, rng)
+    assert plan.capped == (cheap.id,)  # it would have had far more than 5 %
+    assert router.stats[cheap.id]["bcp"] == 1.0
+    assert dear.id not in router.stats or "bcp" not in router.stats[dear.id]
+
+
 def test_it_holds_the_cap_on_a_stray_429():
     state: dict[str, float] = {}
     for k in range(300):
@@ -160,6 +192,36 @@ def test_it_flags_an_endpoint_with_malformed_tool_calls_far_above_its_peers():
     drive(router, behaviour, 0, 300, 5.0, rng, RoutingRequest("m", features=frozenset({"tools"})))
     table = router.table("m", 300.0)
     assert table is not None and table.demoted == ["", "", "flagged"]
+
+
+def test_it_holds_a_malformed_tool_call_flag_against_tool_requests_only():
+    """G8's measured flag is about checked output: a plain answer from that endpoint is as good
+    as ever, and the flag must not cost those requests the endpoint's lower price."""
+    router = Router([ModelConfig("m", (A, B, C))])
+    rng = random.Random(11)
+    tools = RoutingRequest("m", features=frozenset({"tools"}))
+
+    def behaviour(e, t):
+        return Outcome(
+            "ok",
+            latency_s=4.0,
+            ttft_s=0.5,
+            input_tokens=2000,
+            output_tokens=300,
+            output_checked=True,
+            output_bad=e is C and rng.random() < 0.4,
+        )
+
+    drive(router, behaviour, 0, 300, 5.0, rng, tools)
+
+    def first_choices(request: RoutingRequest) -> Counter[str]:
+        return Counter(router.plan(request, 300.0, rng).attempts[0].provider for _ in range(4000))
+
+    with_tools, plain = first_choices(tools), first_choices(RoutingRequest("m"))
+    assert with_tools["c"] < 30  # probe share only
+    assert plain["c"] > 400, plain  # its ordinary share
+    assert ("m@c", "flagged") in router.plan(tools, 300.0, rng).demoted
+    assert not router.plan(RoutingRequest("m"), 300.0, rng).demoted
 
 
 def test_it_keeps_a_trickle_on_every_eligible_endpoint():
