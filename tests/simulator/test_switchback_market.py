@@ -6,6 +6,7 @@ import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,16 @@ def test_it_scales_every_capacity_with_the_traffic():
     assert ramp.rule is Rule.RAMP and ramp.capacity == 10 and ramp.factor == 2.0
     assert half.behaviours["gamma"].spec.limits.concurrency == 12
     assert half.behaviours["alpha"].spec.limits.input_tokens_per_minute == 200_000
+
+
+@pytest.mark.parametrize(
+    "market",
+    sorted((Path(__file__).parents[2] / "bench" / "markets").glob("*.market.yaml")),
+    ids=lambda p: p.name.removesuffix(".market.yaml"),
+)
+def test_it_loads_each_market_of_the_generality_runs(market):
+    """bench/markets/ (results.md there): each market and its gateway config keep loading."""
+    config = config_parse(config_read(str(market).replace(".market.yaml", ".config.yaml")))
+    parsed = parse_market_text(market.read_text())
+    sim = market_build(config, parsed, scale=1.0, rng=random.Random(0))
+    assert sim.routes and sim.endpoint_ids
