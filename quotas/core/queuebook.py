@@ -79,6 +79,21 @@ class Entry:
     parts: list[tuple[BucketSpec, float]]
     _rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
     _pool_rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
+    _drained: tuple[tuple[BucketSpec, ...], list[float]] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    def drained(self) -> tuple[tuple[BucketSpec, ...], list[float]]:
+        """The pool's buckets whose drain is foreseen (``fairqueue.drained``) and the amounts
+        asked of them: made once, while each newcomer behind this waiter reads them."""
+        if self._drained is None:
+            kept = [
+                (spec, amount)
+                for (spec, amount), side in zip(self.parts, self.sides, strict=True)
+                if side is Side.POOL and drained(spec)
+            ]
+            self._drained = tuple(spec for spec, _ in kept), [amount for _, amount in kept]
+        return self._drained
 
     def rules(self, *, pool_only: bool = False) -> dict[str, Rule]:
         """Rule by bucket name (of the pool's buckets only, if asked); do not modify it."""
@@ -253,31 +268,28 @@ class QueueBook:
     def _drain_refusal(self, pq: PoolQueue, entry: Entry, now: float) -> QueueRefusal | None:
         """E6: refuse a newcomer now when the waiters ahead of it in its own flow will use up
         the pool's refill before its deadline (``drain_floor``), instead of at the deadline."""
-        specs = [
-            spec
-            for spec, side in zip(entry.buckets, entry.sides, strict=True)
-            if side is Side.POOL and drained(spec)
-        ]
+        specs, own = entry.drained()
         flow = pq.flows[entry.flow]
         if not specs or len(flow) < 2:
             return None
-        names = [spec.name for spec in specs]
 
         def amounts(waiter: Entry) -> list[float]:
-            taken = {spec.name: amount for spec, amount in waiter.parts}
-            return [taken.get(name, 0.0) for name in names]
+            theirs, asked = waiter.drained()
+            if theirs == specs:  # the same route: the same buckets (compared by identity first)
+                return asked
+            taken = dict(zip((spec.name for spec in theirs), asked, strict=True))
+            return [taken.get(spec.name, 0.0) for spec in specs]
 
         # The newcomer is its flow's last; at most DRAIN_SCAN of those before it are read.
-        ahead = [
-            (w.deadline, amounts(w)) for w in itertools.islice(flow, min(len(flow) - 1, DRAIN_SCAN))
-        ]
+        scan = min(len(flow) - 1, DRAIN_SCAN)
+        ahead = [(w.deadline, amounts(w)) for w in itertools.islice(flow, scan)]
         levels = self.book.refill_levels(specs, now=now)
-        floor, which = drain_floor(ahead, amounts(entry), levels, now)
+        floor, which = drain_floor(ahead, own, levels, now)
         if floor <= entry.deadline:
             return None
         rid = entry.reservation_id
         reason = QueueReason.DEADLINE_UNREACHABLE
-        return QueueRefusal(rid, now, reason, names[which], floor, rid)
+        return QueueRefusal(rid, now, reason, specs[which].name, floor, rid)
 
     # -- the pump -------------------------------------------------------------------------
     def pump(self, pool: str, *, now: float) -> Pumped:
