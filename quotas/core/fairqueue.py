@@ -42,9 +42,12 @@ UNPARK_LIMIT = 64  # flows parked on their own limit that rejoin per call
 SWEEP_LIMIT = 16  # expired waiters dropped per call (their own process normally removes them)
 EARLY_LIMIT = 16  # waiters told early that their deadline cannot be met
 DRAIN_SCAN = 64  # waiters ahead in a newcomer's own flow counted by ``drain_floor``
-# A waiter ahead counts as served only if it fits this long before its deadline: a pump may
-# run that much late (its wake-up is jittered), and one that then misses takes nothing.
-DRAIN_MARGIN = 0.25
+# A waiter ahead counts as served if it fits this long before its deadline (a pump never
+# grants at the deadline, and a fit time is one TICK late). Not the wake-up jitter (≤ 0.25 s):
+# a waiter that misses its deadline by it holds back those behind it, whose deadlines come
+# about as late, and a margin that wide would make a line of one class never look doomed when
+# its pool refills faster than four requests a second.
+DRAIN_MARGIN = 0.001
 
 # Default per-flow burst credit, in tokens, when the caller gives none.
 DEFAULT_BURST_TOKENS = 8192.0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from quotas.core.book import Book, demand_parts
 from quotas.core.fairqueue import (
+    DRAIN_MARGIN,
     DRAIN_SCAN,
     EARLY_LIMIT,
     MAX_GRANTS,
@@ -285,7 +286,7 @@ class QueueBook:
         ahead = [(w.deadline, amounts(w)) for w in itertools.islice(flow, scan)]
         levels = self.book.refill_levels(specs, now=now)
         floor, which = drain_floor(ahead, own, levels, now)
-        if floor <= entry.deadline:
+        if floor <= entry.deadline - DRAIN_MARGIN:  # as a waiter ahead is judged
             return None
         rid = entry.reservation_id
         reason = QueueReason.DEADLINE_UNREACHABLE

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from quotas.core.book import Book
 from quotas.core.fairqueue import (
+    DRAIN_MARGIN,
     Queued,
     QueueReason,
     QueueRefusal,
@@ -340,7 +341,7 @@ RPM = BucketSpec("alpha-rpm", POOL, Dimension.REQUESTS, Rule.REFILL, 6.0, 6.0)
 
 def _waits_in_vain(qb: QueueBook, rid: str, size: int, deadline: float, now: float) -> bool:
     """Had ``rid`` waited (in a copy of the queue, nothing new arriving, every grant kept in
-    full), would it still not have been granted before its deadline?"""
+    full), would it still not have been granted before its deadline (less ``DRAIN_MARGIN``)?"""
     qb = copy.deepcopy(qb)
     qb._drain_refusal = lambda *args: None  # type: ignore[method-assign]
     result = qb.enter(
@@ -348,11 +349,13 @@ def _waits_in_vain(qb: QueueBook, rid: str, size: int, deadline: float, now: flo
         deadline=deadline, max_depth=1000, flow_depth=1000, lease_seconds=600, burst=0.0,
         mailbox="m", now=now,
     )  # fmt: skip
+    last = deadline - DRAIN_MARGIN
     if not isinstance(result, Queued):
-        return not isinstance(result, Grant)
+        return not (isinstance(result, Grant) and result.created_at < last)
     while now < deadline:
         pumped = qb.pump(POOL, now=now)
-        if any(r == rid and isinstance(v, Grant) for r, v in qb.take_mail("m")):
+        mail = qb.take_mail("m")
+        if any(r == rid and isinstance(v, Grant) and v.created_at < last for r, v in mail):
             return False
         now = max(now + 1e-3, min(pumped.next_fit, deadline))
     return True

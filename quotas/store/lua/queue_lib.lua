@@ -21,7 +21,7 @@ local UNPARK_LIMIT = 64
 local SWEEP_LIMIT = 16
 local EARLY_LIMIT = 16
 local DRAIN_SCAN = 64
-local DRAIN_MARGIN = 0.25
+local DRAIN_MARGIN = 0.001
 local VERDICT_SECONDS = 60
 local MAILBOX_MS = 120000
 local SEP = '\31'
@@ -382,7 +382,7 @@ local function q_drain_refusal(Q, e, parts, ctx)
   local own = {}
   for i, p in ipairs(specs) do own[i] = p.amount end
   local floor, which = fit(own)
-  if floor <= e.deadline then return nil end
+  if floor <= e.deadline - DRAIN_MARGIN then return nil end
   return q_refusal(now, 'deadline_unreachable', names[which], floor, e.id, {})
 end
 
