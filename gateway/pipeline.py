@@ -94,7 +94,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         call.principal = _identify(snapshot, request, call.created)
         body = _parse(request)
         call.model = _model(snapshot, call.principal, body)
-        call.workload = _workload(snapshot, call.principal, request)
+        call.workload = _workload(snapshot, call, request)
         call.stream = bool(body.get("stream"))
         call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
         if call.idempotency_key:
@@ -206,10 +206,12 @@ def _model(snapshot: Snapshot, principal: Principal, body: dict[str, Any]) -> Mo
     return found
 
 
-def _workload(snapshot: Snapshot, principal: Principal, request: HttpRequest) -> Workload:
+def _workload(snapshot: Snapshot, call: Call, request: HttpRequest) -> Workload:
     """The app's workload class; a request may name another, but only a lighter one."""
+    assert call.principal is not None
     workloads = snapshot.quotas.workloads
-    default = workloads.get(principal.workload, DEFAULT_WORKLOAD)
+    default = workloads.get(call.principal.workload, DEFAULT_WORKLOAD)
+    call.workload = default  # what a refusal of the asked class reports (H1)
     asked = request.headers.get(WORKLOAD_HEADER)
     if asked and asked != default.name:
         chosen = workloads.get(asked)

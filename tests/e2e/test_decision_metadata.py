@@ -55,3 +55,20 @@ def test_it_never_shows_another_tenant_or_a_provider_secret(stack):
     exposed = " ".join(f"{k}: {v}" for k, v in response.headers.items()) + response.text
     assert "globex" not in exposed and "resellerco" not in exposed
     assert "sim-alpha" not in exposed and "ALPHA_API_KEY" not in exposed
+
+
+@pytest.mark.parametrize(
+    ("asked", "status", "reason"),
+    [("no-such-class", 400, "unknown_workload"), ("interactive", 403, "workload_not_allowed")],
+)
+def test_it_names_the_apps_own_class_when_it_refuses_the_one_asked(stack, asked, status, reason):
+    # globex's app is a partner app (weight 4): interactive (8) is heavier, and refused.
+    response = httpx.post(
+        f"{stack.base_url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {GLOBEX}", "X-Switchyard-Workload": asked},
+        json={"model": "acme/chat-small", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    assert response.status_code == status
+    assert response.headers["x-switchyard-reason"] == reason
+    assert response.headers["x-switchyard-workload"] == "partner"
