@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from gateway.configfile.durations import duration_format
 from quotas.core.model import BucketLevel, BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import SCOPE_ORDER, bucket_spec, learned_buckets, with_headroom
+from quotas.snapshot import SCOPE_ORDER, bucket_spec, with_headroom, with_learned_buckets
 from quotas.store.redis import RedisReservationStore
 from routing.models import Provider
 from tenants.models import Tenant
@@ -138,12 +138,8 @@ def level_buckets(
         scope |= Q(provider__name__in=list(providers)) | Q(model__slug__in=list(models))
     buckets = list(Bucket.objects.filter(scope).order_by("name"))
     if shared:  # the providers' learned concurrency limits: not rows, the broker adds them
-        configured: dict[tuple[str, int], list[BucketSpec]] = {}
-        for b in buckets:
-            if b.scope_kind == "provider":
-                configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
         accounts = Provider.objects.filter(name__in=list(providers)).order_by("name")
-        buckets += learned_buckets(accounts, configured)
+        buckets = with_learned_buckets(buckets, accounts)
     return sorted(buckets, key=lambda b: SCOPE_ORDER.index(b.scope_kind))
 
 

@@ -25,9 +25,8 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from ops.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
-from quotas.core.model import BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import bucket_spec, learned_buckets
+from quotas.snapshot import with_learned_buckets
 from quotas.store.queue_redis import queue_prefix
 from routing.models import Provider
 
@@ -73,11 +72,7 @@ class SaturationCollector(Collector):
 
 def _all_buckets() -> list[Bucket]:
     buckets = list(Bucket.objects.order_by("scope_kind", "name"))
-    configured: dict[tuple[str, int], list[BucketSpec]] = {}
-    for b in buckets:
-        if b.scope_kind == Bucket.ScopeKind.PROVIDER:
-            configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
-    return buckets + learned_buckets(Provider.objects.order_by("name"), configured)
+    return with_learned_buckets(buckets, Provider.objects.order_by("name"))
 
 
 def _queue_depths(providers: list[Provider]) -> list[int]:

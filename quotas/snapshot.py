@@ -103,6 +103,16 @@ def learned_buckets(
     ]
 
 
+def with_learned_buckets(buckets: list[Bucket], providers: Iterable[Provider]) -> list[Bucket]:
+    """``buckets`` (rows) and the learned limits of those ``providers`` that configure no
+    concurrency among them, for pages that show what the broker counts."""
+    configured: dict[tuple[str, int], list[BucketSpec]] = {}
+    for b in buckets:
+        if b.scope_kind == Bucket.ScopeKind.PROVIDER:
+            configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
+    return buckets + learned_buckets(providers, configured)
+
+
 def quota_snapshot_build() -> QuotaSnapshot:
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
     for bucket in Bucket.objects.order_by("name"):

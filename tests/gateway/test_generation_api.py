@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,22 +18,10 @@ from tests.personas import (
     GLOBEX_KEY,
     Personas,
     generation_create,
-    personas_create,
-    redis_prefix_scope,
 )
 from tests.stack import wait_until
 
 URL = "/v1/generation"
-
-
-@pytest.fixture
-def redis_prefix(settings: Any) -> Iterator[str]:
-    yield from redis_prefix_scope(settings)
-
-
-@pytest.fixture
-def personas(db: None, redis_prefix: str) -> Personas:
-    return personas_create()
 
 
 def get(key: str | None, **params: str) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,17 +19,7 @@ from quotas.snapshot import learned_buckets
 from quotas.store.queue_redis import queue_prefix
 from quotas.store.redis import RedisReservationStore
 from routing.models import Provider
-from tests.personas import Personas, personas_create, redis_prefix_scope
-
-
-@pytest.fixture
-def redis_prefix(settings: Any) -> Iterator[str]:
-    yield from redis_prefix_scope(settings)
-
-
-@pytest.fixture
-def personas(db: None, redis_prefix: str) -> Personas:
-    return personas_create()
+from tests.personas import Personas
 
 
 def test_it_shows_metrics_to_platform_staff(personas: Personas) -> None:

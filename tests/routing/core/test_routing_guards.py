@@ -25,6 +25,19 @@ GOOD = Outcome("ok", latency_s=4.0, ttft_s=0.5, input_tokens=2000, output_tokens
 PLAIN = RoutingRequest("m")
 
 
+def checked_answer(*, bad: bool) -> Outcome:
+    """A good answer whose tool call was validated: well-formed or (``bad``) malformed."""
+    return Outcome(
+        "ok",
+        latency_s=4.0,
+        ttft_s=0.5,
+        input_tokens=2000,
+        output_tokens=300,
+        output_checked=True,
+        output_bad=bad,
+    )
+
+
 def drive(router, behaviour, start, end, rate, rng, request=PLAIN):
     """Send Poisson traffic from start to end; behaviour(endpoint, t) → Outcome. Returns firsts."""
     t, firsts = start, Counter()
@@ -178,16 +191,7 @@ def test_it_flags_an_endpoint_with_malformed_tool_calls_far_above_its_peers():
     rng = random.Random(11)
 
     def behaviour(e, t):
-        bad = e is C and rng.random() < 0.4
-        return Outcome(
-            "ok",
-            latency_s=4.0,
-            ttft_s=0.5,
-            input_tokens=2000,
-            output_tokens=300,
-            output_checked=True,
-            output_bad=bad,
-        )
+        return checked_answer(bad=e is C and rng.random() < 0.4)
 
     drive(router, behaviour, 0, 300, 5.0, rng, RoutingRequest("m", features=frozenset({"tools"})))
     table = router.table("m", 300.0)
@@ -202,15 +206,7 @@ def test_it_holds_a_malformed_tool_call_flag_against_tool_requests_only():
     tools = RoutingRequest("m", features=frozenset({"tools"}))
 
     def behaviour(e, t):
-        return Outcome(
-            "ok",
-            latency_s=4.0,
-            ttft_s=0.5,
-            input_tokens=2000,
-            output_tokens=300,
-            output_checked=True,
-            output_bad=e is C and rng.random() < 0.4,
-        )
+        return checked_answer(bad=e is C and rng.random() < 0.4)
 
     drive(router, behaviour, 0, 300, 5.0, rng, tools)
 
