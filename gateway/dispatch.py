@@ -17,6 +17,7 @@ from gateway.errors import (
     InvalidRequest,
     UpstreamError,
     UpstreamOverloaded,
+    UpstreamQuotaExhausted,
     UpstreamRateLimited,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -163,5 +164,5 @@ def _caller_error(
         # A refusal always says when to come back (H1); Retry-After is never below a second.
         return UpstreamRateLimited(message, reason=reason, retry_after=max(1.0, retry_after or 0))
     if classified.outcome is Outcome.POLICY:
-        return UpstreamRateLimited(message, reason=reason, retry_after=retry_after)
+        return UpstreamQuotaExhausted(message, reason=reason, retry_after=retry_after)
     return UpstreamError(message, reason=reason)

@@ -14,7 +14,9 @@
     │   ├── UpstreamUnavailable       502 upstream_unavailable — could not connect
     │   ├── UpstreamTimeout           504 upstream_timeout
     │   ├── UpstreamRateLimited       429 upstream_rate_limited — every provider refused
-    │   └── UpstreamOverloaded        503 upstream_overloaded
+    │   ├── UpstreamOverloaded        503 upstream_overloaded
+    │   └── UpstreamQuotaExhausted    503 upstream_quota_exhausted — the platform's provider
+    │                                     account is out of quota or spend (not the caller's rate)
     └── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
 
 The envelope is OpenAI's, so SDKs surface the message, plus Switchyard's ``reason`` code:
@@ -150,6 +152,21 @@ class UpstreamRateLimited(UpstreamError):
 class UpstreamOverloaded(UpstreamError):
     status = 503
     code = "upstream_overloaded"
+
+
+class UpstreamQuotaExhausted(UpstreamError):
+    """The provider refused our account (spend cap, exhausted quota): the platform's problem.
+
+    A 429 would tell the caller to slow down, which changes nothing; 503 says the service is
+    out of something the caller cannot fix, with Retry-After when the provider said when.
+    """
+
+    status = 503
+    code = "upstream_quota_exhausted"
+
+    def __init__(self, message: str, *, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
 
 
 class ServiceUnavailable(GatewayError):

@@ -257,15 +257,13 @@ async def _plan(
         messages=body["messages"],
     )
     sticky = await live.sticky_get(call.conversation) if _later_turn(body, call) else None
-    features = {name for name in ("tools", "response_format") if body.get(name)}
-    if call.stream:
-        features.add("stream")
+    features = requested_features(body, stream=call.stream)
     plan = live.plan(
         RoutingRequest(
             model=body["model"],
             input_tokens=float(input_tokens_heuristic(body)),
             max_tokens=requested_max_output(body),
-            features=frozenset(features),
+            features=features,
             provider=preferences,
             models=tuple(body.get("models") or ()),
             tenant_sort=principal.tenant_default_sort or None,
@@ -279,6 +277,20 @@ async def _plan(
             f"No endpoint can serve this request ({reasons}).", code="no_endpoint_available"
         )
     return [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+
+
+def requested_features(body: dict[str, Any], *, stream: bool) -> frozenset[str]:
+    """The capabilities (``supports``) the request needs from an endpoint.
+
+    A ``response_format`` of type ``text`` is the default answer: it needs nothing.
+    """
+    features = {"tools"} if body.get("tools") else set()
+    response_format = body.get("response_format") or {}
+    if response_format and response_format.get("type", "text") != "text":
+        features.add("response_format")
+    if stream:
+        features.add("stream")
+    return frozenset(features)
 
 
 def _later_turn(body: dict[str, Any], call: Call) -> bool:

@@ -2,8 +2,8 @@
 
 Refusal reasons (for the G15 explanation): not_in_only, ignored, context_window (the estimated
 input does not fit), max_output (below the request's max_tokens), max_price,
-unsupported:<features> (require_parameters), no_tools (tools asked and other endpoints declare
-them), plus inactive from the table.
+unsupported:<features> (require_parameters), no_tools / no_response_format (the feature asked
+and other endpoints declare it), plus inactive from the table.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from routing.core.catalogue import EndpointConfig
 from routing.core.overrides import ProviderPreferences
 from routing.core.table import ModelTable
+
+# Features a request needs the endpoint to honour, not merely accept (see ``candidates``).
+PREFERRED_FEATURES = ("tools", "response_format")
 
 
 def candidates(
@@ -55,13 +58,16 @@ def candidates(
             refused.append((e.id, reason))
         else:
             cand.append(i)
-    if "tools" in features and not prefs.require_parameters:
-        # OpenRouter routes tool calls to tool-capable endpoints on a best-effort basis: only
-        # when some candidate declares tools are the others dropped.
-        with_tools = [i for i in cand if "tools" in table.endpoints[i].supports]
-        if with_tools and len(with_tools) < len(cand):
-            refused.extend((table.endpoints[i].id, "no_tools") for i in cand if i not in with_tools)
-            cand = with_tools
+    if not prefs.require_parameters:
+        for feature in (f for f in PREFERRED_FEATURES if f in features):
+            # OpenRouter routes tool calls to tool-capable endpoints on a best-effort basis: only
+            # when some candidate declares the feature are the others dropped. A response_format
+            # is treated alike: an endpoint that ignores it answers prose to a JSON parser.
+            able = [i for i in cand if feature in table.endpoints[i].supports]
+            if able and len(able) < len(cand):
+                dropped = (i for i in cand if i not in able)
+                refused.extend((table.endpoints[i].id, "no_" + feature) for i in dropped)
+                cand = able
     return cand
 
 

@@ -236,6 +236,17 @@ def test_it_requires_parameters_when_asked(stack):
     assert set(refused(strict[0]).values()) == {"unsupported:response_format"}
 
 
+def test_it_sends_a_json_request_only_where_response_format_is_honoured(stack):
+    supporting = {e["provider"] for e in endpoints_of(LARGE) if "response_format" in e["supports"]}
+
+    json_mode = serve_many(stack, body(response_format={"type": "json_object"}), n=8)
+    plain = chat(stack, body(response_format={"type": "text"}))
+
+    assert {served_by(r) for r in json_mode} == supporting
+    assert set(refused(json_mode[0]).values()) == {"no_response_format"}
+    assert plain.status_code == 200 and "no_response_format" not in refused(plain).values()
+
+
 # --- sorts and the suffixes ---------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from gateway import upstream
 from gateway.dispatch import Attempt, attempt_send
-from gateway.errors import InvalidRequest, UpstreamRateLimited
+from gateway.errors import InvalidRequest, UpstreamQuotaExhausted, UpstreamRateLimited
 from gateway.pipeline import FAILURES
 from gateway.providers.base import Outcome
 from quotas.core.retry import Next, retry_decide
@@ -129,6 +129,14 @@ def test_it_says_when_to_retry_after_the_provider_refused_for_capacity(provider)
     assert attempt.error.retry_after == 2.0
     provider["response"] = answer(429, "Slow down.", "rate_limit_exceeded", {})
     assert send().error.retry_after == 1.0  # type: ignore[union-attr]
+
+
+def test_it_tells_the_caller_an_exhausted_provider_account_is_not_their_rate(provider):
+    provider["response"] = answer(*PROVIDER_ERRORS["quota exhausted"])
+    attempt = send()
+    assert isinstance(attempt.error, UpstreamQuotaExhausted)
+    envelope = attempt.error.envelope()["error"]
+    assert attempt.error.status == 503 and envelope["code"] == "upstream_quota_exhausted"
 
 
 def test_it_moves_on_from_a_provider_that_refuses_our_credential_and_never_retries_it():

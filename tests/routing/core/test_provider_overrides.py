@@ -131,13 +131,28 @@ def test_it_requires_parameters_only_when_asked(router):
     )
     assert providers(asked) == ["a"]
     assert ("m@b", "unsupported:response_format") in asked.refused
-    relaxed = plan(router, features=frozenset({"response_format"}))
-    assert len(relaxed.attempts) == 3
+    # n's endpoints declare nothing: a stream is sent to them unless parameters are required.
+    assert sorted(providers(plan(router, "n", features=frozenset({"stream"})))) == ["a", "c"]
+    strict = plan(
+        router, "n", features=frozenset({"stream"}), provider={"require_parameters": True}
+    )
+    assert providers(strict) == [] and ("n@a", "unsupported:stream") in strict.refused
 
 
 def test_it_prefers_tool_capable_endpoints_for_tool_calls(router):
     p = plan(router, features=frozenset({"tools"}))
     assert sorted(providers(p)) == ["a", "b"] and ("m@c", "no_tools") in p.refused
+
+
+def test_it_sends_a_response_format_only_where_it_is_honoured(router):
+    p = plan(router, features=frozenset({"response_format", "tools"}))
+    assert providers(p) == ["a"]
+    assert {("m@b", "no_response_format"), ("m@c", "no_tools")} <= set(p.refused)
+    # No endpoint of n declares response_format: best effort, every endpoint stays.
+    assert sorted(providers(plan(router, "n", features=frozenset({"response_format"})))) == [
+        "a",
+        "c",
+    ]
 
 
 def test_it_deprioritises_but_keeps_slow_or_late_endpoints(router):
