@@ -115,7 +115,7 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
     segments = segments_plan(design, count)
     workers = options.workers or min(len(segments), mp.cpu_count())
     total = sum(s.end_s - s.start_s + DRAIN_S for s in segments)
-    params = None if options.params is None else dataclasses.asdict(options.params)
+    params = _params(options)
     settings = _SegmentSettings(
         options.scale, params, _headroom(options), _learn_concurrency(options)
     )
@@ -249,7 +249,7 @@ def _exit_when_orphaned(parent: int) -> None:
 @dataclass(frozen=True)
 class _SegmentSettings:
     scale: float
-    params: dict[str, Any] | None  # RoutingParameters' fields: plain data crosses processes
+    params: dict[str, Any]  # RoutingParameters' fields: plain data crosses processes
     headroom_s: float
     learn_concurrency: bool
 
@@ -261,6 +261,15 @@ def _headroom(options: Options) -> float:
     from django.conf import settings
 
     return float(getattr(settings, "PROVIDER_HEADROOM_SECONDS", 1.0))
+
+
+def _params(options: Options) -> dict[str, Any]:
+    """The routing parameters beneath each model's own: given, or the gateway's defaults."""
+    if options.params is not None:
+        return dataclasses.asdict(options.params)
+    from django.conf import settings
+
+    return dataclasses.asdict(RoutingParameters(**getattr(settings, "ROUTING_PARAMETERS", {})))
 
 
 def _learn_concurrency(options: Options) -> bool:
@@ -286,7 +295,7 @@ def _segment_job(
         design,
         segment,
         scale=settings.scale,
-        params=None if settings.params is None else RoutingParameters(**settings.params),
+        params=RoutingParameters(**settings.params),
         headroom_s=settings.headroom_s,
         learn_concurrency=settings.learn_concurrency,
         progress=_shared_progress if progress is None else progress,

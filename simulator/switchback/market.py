@@ -138,7 +138,7 @@ def market_build(
             ModelConfig(
                 slug=slug,
                 endpoints=tuple(endpoints),
-                params=parameters,
+                params=_model_parameters(parameters, model.routing),
                 default_output_tokens=float(model.default_output_tokens),
             )
         )
@@ -205,3 +205,8 @@ def _workload(config: Config, name: str) -> Workload:
                 max_queue_depth=spec.max_queue_depth,
             )
     return DEFAULT_WORKLOAD
+
+
+def _model_parameters(base: RoutingParameters, overrides: dict[str, float]) -> RoutingParameters:
+    """A model's routing parameters: the run's, then its own ``routing``, as in the gateway."""
+    return replace(base, **overrides) if overrides else base

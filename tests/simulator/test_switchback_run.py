@@ -14,7 +14,7 @@ from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.report import capacity_warning
 
 from .helpers import REFERENCE_MARKET
-from .switchback_fixtures import MARKET, files
+from .switchback_fixtures import CONFIG, MARKET, files
 
 REFERENCE_CONFIG = REFERENCE_MARKET.parent / "switchyard.yaml"
 HEADLINE = ("ttft_change", "throughput_change", "rate_limit_change", "cost_change", "error_change")
@@ -117,6 +117,36 @@ def test_it_writes_json_plots_and_a_report(market_files, tmp_path: Path):
     assert "python manage.py switchback" in report and "| TTFT p50 (s) |" in report
     assert "plots/shares.png" in report
     assert out.getvalue().startswith("overall: ttft_change")
+
+
+def test_it_runs_the_router_with_each_models_routing_parameters_or_those_given(tmp_path: Path):
+    """A model's ``routing`` in the config applies as in the gateway; ``--param`` for all."""
+
+    def run(directory: str, config: str, *params: str) -> dict:
+        config_path, market = files(tmp_path / directory, config=config)
+        out = tmp_path / directory / "r.json"
+        call_command(
+            "switchback", "--config", config_path, "--market", market, "--days", "0.25",
+            "--json", str(out), "--no-progress", "--pure", *params, stdout=StringIO(),
+        )  # fmt: skip
+        return json.loads(out.read_text())
+
+    wide_band = CONFIG.replace(
+        "default_output_tokens: 300",
+        "default_output_tokens: 300\n    routing: {band: 3.0, beta: 1.0}",
+    )
+    for directory in ("default", "given", "own"):
+        (tmp_path / directory).mkdir()
+    default = run("default", CONFIG)
+    given = run("given", CONFIG, "--param", "band=3", "--param", "beta=1")
+    own = run("own", wide_band)
+
+    assert given == own
+    assert given["overall"] != default["overall"]
+    with pytest.raises(CommandError, match=r"known: .*band"):
+        run("default", CONFIG, "--param", "bandwidth=3")
+    with pytest.raises(CommandError, match="NAME=NUMBER"):
+        run("default", CONFIG, "--param", "band")
 
 
 def test_it_names_the_market_file_in_errors_and_says_which_providers_it_left_out(tmp_path: Path):

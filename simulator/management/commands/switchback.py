@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gateway.configfile import ConfigError
+from gateway.configfile.reader import Invalid
+from gateway.configfile.schema import routing_overrides
+from routing.core import RoutingParameters
 from simulator.model import MarketError
 from simulator.switchback import compiled
 from simulator.switchback.design import NEW, OLD
@@ -46,6 +50,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--seed", type=int, help="override experiment.seed")
         parser.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a routing parameter (routing/core/parameters.py) for every model, beneath "
+            "each model's own `routing` in the config; repeatable",
+        )
+        parser.add_argument(
             "--segments", type=int, help="cut the run into this many parallel segments"
         )
         parser.add_argument("--workers", type=int, help="processes (default: one per segment)")
@@ -74,6 +86,7 @@ class Command(BaseCommand):
             segments=options["segments"],
             workers=options["workers"],
             seed=options["seed"],
+            params=_params(options["param"]),
             compiled=build,
         )
         bar = None if options["no_progress"] else _bar()
@@ -121,6 +134,26 @@ class Command(BaseCommand):
             self._note(warning)
         if options["json"] is None:
             self.stdout.write(text)
+
+
+def _params(pairs: list[str]) -> RoutingParameters | None:
+    """``--param NAME=VALUE`` pairs on top of the deployment's ROUTING_PARAMETERS."""
+    if not pairs:
+        return None
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            overrides[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise CommandError(f"--param {pair!r}: expected NAME=NUMBER")
+    try:
+        routing_overrides(overrides)
+    except Invalid as error:
+        raise CommandError(f"--param: {error}") from None
+    return RoutingParameters(**{**settings.ROUTING_PARAMETERS, **overrides})
 
 
 def _pct(value: float | None) -> str:
