@@ -24,6 +24,7 @@ import numpy as np
 # metric → (numerator fields, denominator field); "p50" is the mean of block medians.
 RATIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "ttft_mean": (("ttft_sum",), "served"),
+    "wait_mean": (("wait_sum",), "served"),
     "throughput": (("throughput_sum",), "served"),
     "rate_limit": (("provider_429",), "requests"),
     "broker_refusal": (("broker_refusals",), "requests"),
@@ -40,6 +41,7 @@ CHANGES = {
     "rate_limit_change": "rate_limit",
     "cost_change": "cost",
     "ttft_mean_change": "ttft_mean",
+    "wait_mean_change": "wait_mean",
     "error_change": "error",
     "broker_refusal_change": "broker_refusal",
     "capacity_failure_change": "capacity_failure",

@@ -219,6 +219,7 @@ class SimGateway:
             endpoint=endpoint_id,
             now=now,
             ttft=started + plan.ttft_s - request.arrival,
+            wait=started - request.arrival,
             output_tokens=sent,
             cached_input_tokens=cached,
             cost=cost,

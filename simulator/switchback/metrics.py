@@ -4,6 +4,8 @@ Definitions (every one per *logical* request — a client's request, whatever it
 
 - ``ttft``: arrival at the gateway → first token of the answer that was served; waits for
   capacity, refused and failed attempts before it are included. Successful requests only.
+  ``wait``: the part of it before the served attempt was sent (queueing for capacity and the
+  attempts that failed first): the broker's and the market's share, not the provider's TTFT.
 - ``throughput``: output tokens ÷ (end of the answer − arrival), end to end (G4). Successful
   requests only; the block's value is the mean over them.
 - ``provider_429`` (the 429 rate): every capacity refusal the router met — each 429 a provider
@@ -46,6 +48,7 @@ class SlotStats:
     broker_refusals: int = 0
     attempts: int = 0
     ttft_sum: float = 0.0
+    wait_sum: float = 0.0
     throughput_sum: float = 0.0
     cost_sum: float = 0.0
     input_tokens: int = 0
@@ -106,6 +109,7 @@ class Recorder:
         endpoint: str,
         now: float,
         ttft: float,
+        wait: float,
         output_tokens: int,
         cached_input_tokens: int,
         cost: float,
@@ -120,6 +124,7 @@ class Recorder:
         _count(stats, request)
         stats.served += 1
         stats.ttft_sum += ttft
+        stats.wait_sum += wait
         stats.ttfts.append(ttft)
         stats.throughput_sum += output_tokens / (now - request.arrival)
         stats.cost_sum += cost

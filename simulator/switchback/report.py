@@ -25,6 +25,7 @@ TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
 ROWS = [
     ("ttft_change", "ttft_p50", "TTFT p50 (s)"),
     ("ttft_mean_change", "ttft_mean", "TTFT mean (s)"),
+    ("wait_mean_change", "wait_mean", "… of it before the answer's attempt was sent (s)"),
     ("throughput_change", "throughput", "throughput e2e (tok/s)"),
     ("rate_limit_change", "rate_limit", "provider 429s per request"),
     ("broker_refusal_change", "broker_refusal", "broker refusals per request (not 429s)"),
