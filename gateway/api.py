@@ -3,7 +3,7 @@
 The stored record of one request, in OpenRouter's shape (``{"data": {…}}``, its field names),
 plus Switchyard's own fields (status, reason code, upstream model, workload class, TTFT).
 Records are written off the hot path, so one is found a few seconds after its request ends;
-until then, and for another tenant's id, the answer is the same 404.
+until then, and for the id of another app (of this tenant or another), the answer is the same 404.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class GenerationDetail(APIView):
         if not query.is_valid():
             raise InvalidRequest("Pass the id of a generation: ?id=gen-…", param="id")
         generation_id = query.validated_data["id"]
+        principal = principal_of(request)
         generation = generation_get(
-            tenant_id=principal_of(request).tenant_id, generation_id=generation_id
+            tenant_id=principal.tenant_id, app_id=principal.app_id, generation_id=generation_id
         )
         if generation is None:
             raise NotFound(

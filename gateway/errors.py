@@ -5,7 +5,9 @@
     │   └── UnknownModel              404 model_not_found
     │   └── NotFound                  404 not_found — no such endpoint or record
     ├── MethodNotAllowed              405 method_not_allowed
-    ├── IdempotencyConflict           409 idempotency_conflict — that key was already accepted
+    ├── IdempotencyConflict           409 idempotency_conflict — that key's request is in flight,
+    │                                     or its answer cannot be replayed (a stream)
+    ├── IdempotencyKeyReused          422 idempotency_key_reused — that key came with another body
     ├── BodyTooLarge                  413 request_too_large
     ├── AuthenticationFailed          401 invalid_api_key — unknown, revoked and expired alike
     ├── PermissionDenied              403 model_not_allowed — the key may not use this model
@@ -111,6 +113,14 @@ class IdempotencyConflict(GatewayError):
     status = 409
     type = "invalid_request_error"
     code = "idempotency_conflict"
+
+
+class IdempotencyKeyReused(GatewayError):
+    """An Idempotency-Key sent again with a different body: a client bug, not a retry."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "idempotency_key_reused"
 
 
 class CapacityRefused(GatewayError):

@@ -44,3 +44,48 @@ class Generation(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Job(models.Model):
+    """E3, E5: a deferred request — accepted with 202, run by a Celery worker, fetched later.
+
+    The request is kept as parsed JSON (the caller's credential never is: the key's id names
+    the caller). A run holds the job's lease; a run that dies leaves it to expire, and the
+    resume task puts the job back (``gateway/jobs.py``).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    id = models.CharField(max_length=40, primary_key=True)
+    generation_id = models.CharField(max_length=40)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    deadline_at = models.DateTimeField()
+    tenant_id = models.BigIntegerField()
+    app_id = models.BigIntegerField(db_index=True)
+    api_key_id = models.BigIntegerField()
+    workload_class = models.CharField(max_length=50)
+    model = models.CharField(max_length=200)
+    request = models.JSONField()
+    session_id = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    next_try_at = models.DateTimeField(default=timezone.now)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    tries = models.PositiveIntegerField(default=0)
+    lost_runs = models.PositiveSmallIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "next_try_at"], name="job_due")]
+
+    def __str__(self) -> str:
+        return self.id

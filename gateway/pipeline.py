@@ -14,7 +14,9 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any
+from collections.abc import Awaitable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import orjson
 from django.conf import settings
@@ -22,7 +24,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
-from gateway import idempotency, metrics
+from gateway import idempotency, jobs, metrics
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.decision import decision_headers
@@ -38,6 +40,7 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
+from gateway.models import Job
 from gateway.providers.base import Outcome, Usage
 from gateway.quality import tool_calls_malformed
 from gateway.records import generation_record, reservation_record, usage_cost
@@ -57,6 +60,7 @@ from routing.live import LiveRouter, live_router
 from tenants.identity import Principal, bearer_secret
 
 log = logging.getLogger(__name__)
+_Answer = TypeVar("_Answer")
 
 PROVIDER_HEADER = "x-switchyard-provider"
 ROUTE_HEADER = "x-switchyard-route"
@@ -89,24 +93,70 @@ FAILURES = {
 
 async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     call = Call()
-    try:
+
+    async def steps() -> HttpResponse | StreamingHttpResponse:
         snapshot = await _snapshot()
         call.principal = _identify(snapshot, request, call.created)
         body = _parse(request)
         call.model = _model(snapshot, call.principal, body)
         call.workload = _workload(snapshot, call, request)
         call.stream = bool(body.get("stream"))
-        call.idempotency_key = request.headers.get("idempotency-key", "")[:200]
-        if call.idempotency_key:
-            await idempotency.claim(call)
-        candidates = await _plan(call, snapshot, body, request)
+        deferred = jobs.wants_deferral(request, call)
+        call.idempotency_key = idempotency.request_key(request)
+        replay = await idempotency.claim(call, idempotency.body_digest(request.body))
+        if replay is not None:
+            return replay
+        if deferred:
+            job = await jobs.job_submit(call, body, request.headers.get(SESSION_HEADER, ""))
+            call.reason = "deferred"
+            headers = {**_headers(call), "Location": f"/v1/jobs/{job.id}"}
+            response = _json(jobs.job_data(job), status=202, headers=headers)
+        else:
+            response = await _respond(call, snapshot, body, request.headers.get(SESSION_HEADER))
+        if isinstance(response, HttpResponse) and response.status_code < 300:
+            # A streamed answer is remembered when it ends (``_stream_response``).
+            await idempotency.remember(
+                call, response.status_code, response.content, dict(response.items())
+            )
+        return response
+
+    return await _guarded(call, steps())
+
+
+async def job_attempt(
+    job: Job, *, try_until: float, last_try: bool
+) -> HttpResponse | CapacityRefused:
+    """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
+    capacity before the job's deadline — the refusal, so the job waits and tries again."""
+    call = Call(id=job.generation_id, created=job.created_at.timestamp())
+
+    async def steps() -> HttpResponse | CapacityRefused:
+        snapshot = await _snapshot()
+        call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
+        if call.principal is None:
+            raise AuthenticationFailed("The API key that submitted this job is no longer active.")
+        call.model = _model(snapshot, call.principal, job.request)
+        workload = snapshot.quotas.workloads.get(job.workload_class, DEFAULT_WORKLOAD)
+        # This run waits for capacity until try_until; the job, until its own deadline.
+        until = min(job.deadline_at.timestamp(), try_until)
+        call.workload = replace(workload, deadline_seconds=until - call.created)
         try:
-            return await _serve(call, snapshot, body, candidates)
-        except CapacityRefused:
-            if not call.may_degrade:
+            response = await _respond(call, snapshot, job.request, job.session_id or None)
+        except CapacityRefused as refused:
+            if last_try:
                 raise
-            body = _degrade(call, snapshot, body)
-            return await _serve(call, snapshot, body, await _plan(call, snapshot, body, request))
+            return refused
+        assert isinstance(response, HttpResponse)  # a job never streams
+        return response
+
+    return await _guarded(call, steps())
+
+
+async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpResponse:
+    """Run the request's steps; every failure becomes an answer in the envelope and a ledger
+    row, and gives its Idempotency-Key back."""
+    try:
+        return await steps
     except RedisError:
         # The broker cannot promise capacity without its shared state: refuse, don't guess.
         log.warning("Redis failed during a request", exc_info=True)
@@ -126,6 +176,20 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
             generation_record(call, status=499, cancelled=True)
         await idempotency.release(call)
         raise
+
+
+async def _respond(
+    call: Call, snapshot: Snapshot, body: dict[str, Any], session_id: str | None
+) -> HttpResponse | StreamingHttpResponse:
+    """Plan and serve; no capacity for a degrading class: its model's fallback (E2)."""
+    candidates = await _plan(call, snapshot, body, session_id)
+    try:
+        return await _serve(call, snapshot, body, candidates)
+    except CapacityRefused:
+        if not call.may_degrade:
+            raise
+        body = _degrade(call, snapshot, body)
+        return await _serve(call, snapshot, body, await _plan(call, snapshot, body, session_id))
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:
@@ -238,7 +302,7 @@ def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, 
 
 
 async def _plan(
-    call: Call, snapshot: Snapshot, body: dict[str, Any], request: HttpRequest
+    call: Call, snapshot: Snapshot, body: dict[str, Any], session_id: str | None
 ) -> list[EndpointEntry]:
     """The router's ranked candidates (G1–G14), honouring the caller's overrides."""
     principal = call.principal
@@ -252,7 +316,7 @@ async def _plan(
     call.conversation = conversation_key(
         tenant=str(principal.tenant_id),
         model=_require_model(call).slug,
-        session_id=request.headers.get(SESSION_HEADER),
+        session_id=session_id,
         user=body.get("user"),
         messages=body["messages"],
     )
@@ -481,6 +545,10 @@ def _stream_response(
             finish_reason=end.finish_reason,
             cancelled=end.status == 499,
         )
+        if end.status == 200:
+            await idempotency.remember(call, 200, b"", {})
+        else:  # broken or left mid-stream: nothing whole was delivered
+            await idempotency.release(call)
 
     async def body() -> Any:
         async with broker.held(admitted.grant):

@@ -109,7 +109,7 @@ def reservation_record(
         {
             "id": grant.reservation_id,
             "request_id": call.id,
-            "idempotency_key": call.idempotency_key,
+            "idempotency_key": call.idempotency_key[:200],  # the ledger column's width
             "created_at": grant.created_at,
             "expires_at": grant.expires_at,
             "queue_deadline": call.deadline,
@@ -149,7 +149,7 @@ def refusal_record(call: Call, refusal: Refusal) -> None:
         {
             "id": refusal.reservation_id,
             "request_id": call.id,
-            "idempotency_key": call.idempotency_key,
+            "idempotency_key": call.idempotency_key[:200],  # the ledger column's width
             "created_at": refusal.at,
             "queue_deadline": call.deadline,
             "tenant_id": principal.tenant_id,

@@ -1,4 +1,5 @@
-"""Reading the usage ledger: every read takes the tenant, so one tenant never reads another's rows.
+"""Reading the usage ledger: every read takes the tenant, so one tenant never reads another's rows
+(and an API key's read of one record also takes its app, so one app never reads another's).
 
 The activity list pages by keyset — "older than this row" — instead of OFFSET and COUNT(*),
 which grow with the ledger; the (tenant, created_at) index answers each page directly.
@@ -45,9 +46,9 @@ class Cursor:
         return cls(created_at=created_at, id=generation_id)
 
 
-def generation_get(*, tenant_id: int, generation_id: str) -> Generation | None:
-    """One ledger row of this tenant, or None — another tenant's row looks missing."""
-    return Generation.objects.filter(tenant_id=tenant_id, id=generation_id).first()
+def generation_get(*, tenant_id: int, app_id: int, generation_id: str) -> Generation | None:
+    """One ledger row of this tenant's app, or None: another app's or tenant's row looks missing."""
+    return Generation.objects.filter(tenant_id=tenant_id, app_id=app_id, id=generation_id).first()
 
 
 @dataclass(frozen=True)

@@ -163,9 +163,16 @@ LEDGER_FLUSH_INTERVAL = env_float("LEDGER_FLUSH_INTERVAL", 1.0)
 # How long a gateway process gathers ledger records before appending them in one call.
 LEDGER_BATCH_SECONDS = env_float("LEDGER_BATCH_SECONDS", 0.05)
 LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
+# Deferred jobs (gateway/jobs.py): one run waits for capacity this long (s) before the job goes
+# back in line; a run's lease, renewed while it runs, outlives a dead worker by at most this
+# long; the resume task looks for lost runs and lost task messages this often.
+JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 60.0)
+JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 90.0)
+JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 30.0)
 CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
     "lease-reap": {"task": "quotas.tasks.lease_reap", "schedule": LEASE_REAP_INTERVAL},
+    "jobs-resume": {"task": "gateway.tasks.jobs_resume", "schedule": JOB_RESUME_INTERVAL},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -185,6 +192,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "gateway.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # ?format= is not ours to interpret: it made /v1/generation?…&format=api answer 404.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 # --- The proxy ---------------------------------------------------------------------------------

@@ -2,9 +2,19 @@
 
 from celery import shared_task
 
-from gateway import ledger
+from gateway import job_runner, ledger
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def ledger_flush() -> int:
     return ledger.ledger_flush()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def job_run(job_id: str) -> str:
+    return job_runner.job_run(job_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def jobs_resume() -> int:
+    return job_runner.jobs_resume()

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from gateway import api, views
+from gateway import api, jobs_api, views
 from gateway.metrics import metrics_view
 
 urlpatterns = [
@@ -9,6 +9,7 @@ urlpatterns = [
     path("v1/models", views.models_list, name="models-list"),
     path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
+    path("v1/jobs/<str:job_id>", jobs_api.JobDetail.as_view(), name="job-detail"),
     path("ops/", include("ops.urls")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),

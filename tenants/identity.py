@@ -7,7 +7,7 @@ a dict lookup and a constant-time hash comparison — no database query per requ
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tenants.keys import KEY_TYPE_PREFIX, key_hash, key_matches, key_prefix
 from tenants.models import ApiKey
@@ -43,6 +43,7 @@ class Principal:
 @dataclass(frozen=True)
 class KeyIndex:
     by_prefix: dict[str, tuple[tuple[str, Principal], ...]]
+    by_id: dict[int, Principal] = field(default_factory=dict)
 
     def identify(self, secret: str, *, now: float) -> Principal | None:
         """The principal of a usable key, else None — unknown, revoked and expired look alike."""
@@ -52,11 +53,19 @@ class KeyIndex:
         for stored_hash, principal in self.by_prefix.get(key_prefix(secret), ()):
             if key_matches(digest, stored_hash):
                 found = principal
-        if found is None or found.revoked:
-            return None
-        if found.expires_at is not None and found.expires_at <= now:
-            return None
-        return found
+        return _usable(found, now)
+
+    def principal_of(self, key_id: int, *, now: float) -> Principal | None:
+        """The principal of a usable key by its id: a deferred job's caller, at run time."""
+        return _usable(self.by_id.get(key_id), now)
+
+
+def _usable(found: Principal | None, now: float) -> Principal | None:
+    if found is None or found.revoked:
+        return None
+    if found.expires_at is not None and found.expires_at <= now:
+        return None
+    return found
 
 
 def bearer_secret(authorization: str | None) -> str | None:
@@ -73,6 +82,7 @@ def bearer_secret(authorization: str | None) -> str | None:
 def key_index_build() -> KeyIndex:
     """Read every key with its hierarchy in one query (called when the config version changes)."""
     by_prefix: dict[str, list[tuple[str, Principal]]] = defaultdict(list)
+    by_id: dict[int, Principal] = {}
     keys = ApiKey.objects.select_related(
         "app__team__tenant__partner", "app__default_workload"
     ).filter(app__team__tenant__is_active=True)
@@ -100,4 +110,5 @@ def key_index_build() -> KeyIndex:
             revoked=key.revoked_at is not None,
         )
         by_prefix[key.prefix].append((key.secret_hash, principal))
-    return KeyIndex({prefix: tuple(entries) for prefix, entries in by_prefix.items()})
+        by_id[key.pk] = principal
+    return KeyIndex({prefix: tuple(entries) for prefix, entries in by_prefix.items()}, by_id)

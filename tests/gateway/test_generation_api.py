@@ -1,4 +1,7 @@
-"""``GET /v1/generation?id=gen-…`` (SPEC G15): the caller's own record, in OpenRouter's shape."""
+"""``GET /v1/generation?id=gen-…`` (SPEC G15): the caller's own record, in OpenRouter's shape.
+
+"Own" is the caller's app: another app's record, of the same tenant or another, looks missing.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,9 @@ from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from gateway import redis as gateway_redis
+from gateway.models import Generation
 from gateway.snapshot import holder
-from tenants.models import ApiKey
+from tenants.models import ApiKey, App
 from tests.personas import (
     ACME_KEY,
     GLOBEX_KEY,
@@ -22,6 +26,13 @@ from tests.personas import (
 from tests.stack import wait_until
 
 URL = "/v1/generation"
+INDEXER_KEY = "sk-sy-test-acme-indexer-0001"  # another app (indexer) of ACME_KEY's team
+
+
+def web_row(personas: Personas, n: int, **fields: Any) -> Generation:
+    """A record of acme's ``web`` app, the app of ACME_KEY."""
+    web = App.objects.get(team__tenant=personas.acme, name="web")
+    return generation_create(personas.acme, n, app_id=web.pk, **fields)
 
 
 def get(key: str | None, **params: str) -> Any:
@@ -30,7 +41,7 @@ def get(key: str | None, **params: str) -> Any:
 
 
 def test_it_returns_the_callers_own_generation(personas: Personas) -> None:
-    row = generation_create(personas.acme, 7, reason_code="", streamed=True)
+    row = web_row(personas, 7, reason_code="", streamed=True)
 
     answer = get(ACME_KEY, id=row.id)
 
@@ -61,7 +72,7 @@ def test_it_returns_the_callers_own_generation(personas: Personas) -> None:
 def test_it_answers_another_tenants_generation_exactly_like_a_missing_one(
     personas: Personas,
 ) -> None:
-    row = generation_create(personas.acme, 1)
+    row = web_row(personas, 1)
     generation_create(personas.globex, 1)
 
     foreign = get(GLOBEX_KEY, id=row.id)
@@ -72,6 +83,28 @@ def test_it_answers_another_tenants_generation_exactly_like_a_missing_one(
     expected["error"]["message"] = expected["error"]["message"].replace("gen-acme-9999", row.id)
     assert foreign.json() == expected
     assert expected["error"]["code"] == "not_found"
+
+
+def test_it_answers_another_apps_generation_of_the_same_tenant_exactly_like_a_missing_one(
+    personas: Personas,
+) -> None:
+    indexer = App.objects.get(team__tenant=personas.acme, name="indexer")
+    row = generation_create(personas.acme, 1, app_id=indexer.pk)
+
+    foreign = get(ACME_KEY, id=row.id)
+    missing = get(ACME_KEY, id="gen-acme-9999")
+
+    assert get(INDEXER_KEY, id=row.id).status_code == 200  # its own app reads it
+    assert foreign.status_code == missing.status_code == 404
+    expected = missing.json()
+    expected["error"]["message"] = expected["error"]["message"].replace("gen-acme-9999", row.id)
+    assert foreign.json() == expected
+
+
+def test_it_answers_a_record_without_an_app_like_a_missing_one(personas: Personas) -> None:
+    row = generation_create(personas.acme, 1, app_id=None)
+
+    assert get(ACME_KEY, id=row.id).status_code == 404
 
 
 def test_it_answers_404_until_the_record_is_flushed(personas: Personas) -> None:
@@ -97,7 +130,7 @@ def test_it_refuses_a_missing_or_malformed_id(personas: Personas, params: dict[s
     "key", [None, "sk-sy-test-nobody-000000", "not-a-key", "sk-sy-test-acme-indexer-0001x"]
 )
 def test_it_refuses_a_missing_or_unknown_key(personas: Personas, key: str | None) -> None:
-    row = generation_create(personas.acme, 1)
+    row = web_row(personas, 1)
 
     answer = get(key, id=row.id)
 
@@ -106,7 +139,7 @@ def test_it_refuses_a_missing_or_unknown_key(personas: Personas, key: str | None
 
 
 def test_it_refuses_a_revoked_key_once_the_configuration_moves(personas: Personas) -> None:
-    row = generation_create(personas.acme, 1)
+    row = web_row(personas, 1)
     assert get(ACME_KEY, id=row.id).status_code == 200
 
     ApiKey.objects.filter(name="ci", app__name="web").update(revoked_at=timezone.now())
@@ -118,7 +151,7 @@ def test_it_refuses_a_revoked_key_once_the_configuration_moves(personas: Persona
 def test_it_identifies_the_key_without_a_database_query(
     personas: Personas, django_assert_num_queries: Any
 ) -> None:
-    row = generation_create(personas.acme, 1)
+    row = web_row(personas, 1)
     get(ACME_KEY, id=row.id)  # the first call of a configuration version builds the index
 
     with django_assert_num_queries(1):  # the generation itself
@@ -136,7 +169,7 @@ def test_it_shares_the_proxy_snapshot_when_served_by_asgi(
     personas: Personas, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ASGI the key index comes from the proxy's snapshot holder, on the server's loop."""
-    row = generation_create(personas.acme, 1)
+    row = web_row(personas, 1)
     # This test's event loop owns a fresh async Redis client, closed again before it ends.
     monkeypatch.setattr(gateway_redis, "_async_client", None)
     holder.reset()

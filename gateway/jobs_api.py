@@ -1,0 +1,48 @@
+"""``GET`` / ``DELETE /v1/jobs/{id}``: a deferred request's state and answer (E3, E5).
+
+A job is visible to the keys of the app that submitted it; any other id, another app's
+included, is the same 404.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from gateway import jobs
+from gateway.errors import GatewayError, NotFound
+from gateway.models import Job
+from tenants.authentication import principal_of
+
+
+class JobDetail(APIView):
+    renderer_classes = [JSONRenderer]
+
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(jobs.job_data(_own_job(request, job_id)))
+
+    def delete(self, request: Request, job_id: str) -> Response:
+        """Cancel a job that is waiting; one that runs or has finished stays as it is."""
+        job = _own_job(request, job_id)
+        if not jobs.job_cancel(job, timezone.now()):
+            job.refresh_from_db()
+            raise JobNotCancellable(f"Job {job.id} is {job.status}; only a queued job cancels.")
+        job.refresh_from_db()
+        return Response(jobs.job_data(job))
+
+
+class JobNotCancellable(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "job_not_cancellable"
+
+
+def _own_job(request: Request, job_id: str) -> Job:
+    app_id = principal_of(request).app_id
+    job = Job.objects.filter(pk=job_id[:40], app_id=app_id).first()
+    if job is None:
+        raise NotFound(f"No job {job_id[:40]}.")
+    return job
