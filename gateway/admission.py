@@ -115,7 +115,7 @@ async def _wait(
     best = min(refused, key=lambda c: c.refusal.retry_at)
     if best.refusal.reason is Reason.UNSATISFIABLE or call.may_degrade:
         # A degrading class does not wait here: its fallback model may have room now (E2).
-        raise _refusal(call, best.refusal, best.demand)
+        raise _refusal(call, best.refusal, best.demand, best.buckets)
     waiting_since = time.monotonic()
     try:
         result = await broker.admit(
@@ -128,7 +128,7 @@ async def _wait(
         call.queue_wait += time.monotonic() - waiting_since
     if isinstance(result, Grant):
         return _admitted(call, best.endpoint, best.buckets, result, best.demand, body)
-    raise _refusal(call, result, best.demand)
+    raise _refusal(call, result, best.demand, best.buckets)
 
 
 def _turn(call: Call, *, wait: bool) -> Turn:
@@ -169,10 +169,21 @@ def _admitted(
     return Admitted(endpoint, buckets, grant, demand, body)
 
 
-def _refusal(call: Call, refusal: Refusal | QueueRefusal, demand: Demand) -> CapacityRefused:
+def _refusal(
+    call: Call, refusal: Refusal | QueueRefusal, demand: Demand, buckets: AttemptBuckets
+) -> CapacityRefused:
     call.binding_bucket = refusal.bucket
     call.queue_id = getattr(refusal, "queue_id", "")
     call.demand = demand
+    # H1: the caller's own limit that refused is described as a served request's would be
+    # (nothing left until it fits again); a shared pool's level is not the caller's to see.
+    binding = next(
+        (b for b in buckets.buckets if b.tenant_side and b.spec.name == refusal.bucket), None
+    )
+    if binding is not None:
+        until = refusal.retry_at - refusal.at
+        reset = until if math.isfinite(until) else reset_seconds(binding.spec, 0.0, refusal.at)
+        call.bucket_states = [BucketState(binding, 0.0, max(0.0, reset))]
     refusal_record(call, refusal)
     reason = refusal.reason.value
     if refusal.reason is Reason.UNSATISFIABLE:

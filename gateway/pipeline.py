@@ -68,6 +68,7 @@ DEGRADED_HEADER = "x-switchyard-degraded-from"
 REQUEST_ID_HEADER = "x-request-id"
 WORKLOAD_HEADER = "x-switchyard-workload"
 SESSION_HEADER = "x-session-id"
+SHOULD_RETRY_HEADER = "x-should-retry"
 
 # What an attempt's outcome tells the router about the endpoint (G6–G8); None: nothing.
 ROUTING_KINDS = {
@@ -164,12 +165,16 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
         await idempotency.release(call)
-        return error_response(error, _headers(call, retry_after=1.0))
+        return error_response(
+            error, {**_headers(call, retry_after=1.0), SHOULD_RETRY_HEADER: "true"}
+        )
     except GatewayError as error:
         call.reason = error.reason
         generation_record(call, status=error.status)
         await idempotency.release(call)
-        return error_response(error, _headers(call, retry_after=_retry_after(error)))
+        headers = _headers(call, retry_after=_retry_after(error))
+        headers[SHOULD_RETRY_HEADER] = "true" if _worth_retrying(call, error) else "false"
+        return error_response(error, headers)
     except asyncio.CancelledError:  # the client left, perhaps while waiting for capacity
         if not call.recorded:  # C8: the ledger shows it, even if no provider ever saw it
             call.reason = "client_disconnected"
@@ -631,6 +636,13 @@ def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
             )
         )
     return headers
+
+
+def _worth_retrying(call: Call, error: GatewayError) -> bool:
+    """Should the client's SDK retry (``x-should-retry``, which OpenAI's SDKs obey)? Only a
+    refusal before any provider call, after its Retry-After: the gateway already spent the
+    retry budget on the rest, and an SDK retrying on top multiplies the calls (F4)."""
+    return isinstance(error, CapacityRefused) and call.attempts == 0
 
 
 def _retry_after(error: GatewayError) -> float | None:

@@ -204,6 +204,8 @@ def test_it_answers_502_when_the_provider_is_unreachable(stack):
     response = post(stack, json=body(model="e2e/unreachable"))
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unavailable"
+    # The gateway spent the retry budget; an SDK retrying on top would multiply it (F4).
+    assert response.headers["x-should-retry"] == "false"
 
 
 def test_it_answers_504_when_the_provider_hangs(stack):

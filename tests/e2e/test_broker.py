@@ -599,3 +599,5 @@ def test_it_refuses_at_once_whom_its_own_line_keeps_past_the_deadline(broker_sta
     message = at_once[0].json()["error"]["message"]
     assert "will not have room for it before its deadline" in message
     assert all(int(r.headers["Retry-After"]) >= 1 for r in at_once)
+    # No provider saw them: a client may retry after Retry-After.
+    assert {r.headers["x-should-retry"] for r in at_once} == {"true"}

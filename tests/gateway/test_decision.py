@@ -81,3 +81,37 @@ def test_it_puts_retry_after_on_a_refusal_in_whole_seconds():
     assert headers["Retry-After"] == "1"
     assert headers["x-switchyard-bucket"] == "tenant:a:requests:1m"
     assert headers["x-switchyard-queue-id"] == "q-1"
+
+
+def test_it_describes_the_callers_own_limit_that_refused_a_queued_request():
+    from gateway.admission import _refusal
+    from gateway.call import Call
+    from quotas.broker import AttemptBuckets
+    from quotas.core.estimate import Demand, EstimationClass
+    from quotas.core.fairqueue import QueueReason, QueueRefusal
+
+    app = bucket(
+        "app:a/t/x:concurrency", "app", Dimension.CONCURRENCY, Rule.CONCURRENCY, capacity=20
+    )
+    pool = bucket("provider:alpha:requests:1m", kind="provider", period=60)
+    buckets = AttemptBuckets((app, pool), provider_scope="provider:1")
+    refused = QueueRefusal("r-1", at=100.0, reason=QueueReason.DEADLINE, bucket=app.spec.name,
+                           retry_at=117.0, queue_id="q-1")  # fmt: skip
+    demand = Demand(10, 10, EstimationClass("m", "alpha", "f", 0, "none"), 10)
+    call = Call()
+
+    error = _refusal(call, refused, demand, buckets)
+    headers = decision_headers(
+        reason=error.reason, workload="interactive", attempts=0, queue_wait=10.0,
+        states=call.bucket_states, binding_bucket=call.binding_bucket, retry_after=17.0,
+    )  # fmt: skip
+
+    assert headers["x-switchyard-bucket"] == "app:a/t/x:concurrency"
+    assert headers["RateLimit-Policy"] == '"app:a/t/x:concurrency";q=20;qu="concurrent-requests"'
+    assert headers["RateLimit"] == '"app:a/t/x:concurrency";r=0;t=17'
+    assert headers["Retry-After"] == "17"
+    # A shared pool that refused is not the caller's to see (E4).
+    call = Call()
+    _refusal(call, QueueRefusal("r-2", 100.0, QueueReason.DEADLINE, pool.spec.name, 130.0),
+             demand, buckets)  # fmt: skip
+    assert call.bucket_states == []
