@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 
 _CLAIM_LUA = (Path(__file__).parent / "lua" / "ledger_claim.lua").read_text()
 # A claim older than this was abandoned by a crashed flush: its records go back to the queue.
-STALE_CLAIM_SECONDS = 300.0
+# A flush runs every LEDGER_FLUSH_INTERVAL (1 s) and stores one batch in well under a second, so
+# 30 s is far beyond a live flush; and were a slow one still running, storing its records twice
+# is harmless (rows are created by id, ``ignore_conflicts``). Until then they are invisible.
+STALE_CLAIM_SECONDS = 30.0
 
 
 LEDGERS: dict[str, type[models.Model]] = {"generation": Generation, "reservation": Reservation}
@@ -101,6 +104,17 @@ def ledger_flush(*, batch_size: int = 1000, now: float | None = None) -> int:
     client.delete(claim)
     client.zrem(claims, claim)
     return len(items)
+
+
+def ledger_backlog(client: Any | None = None) -> int:
+    """Records waiting in Redis: queued, plus claimed by a flush and not yet stored."""
+    client = sy_redis.sync_client() if client is None else client
+    claims = client.zrange(sy_redis.key("ledger", "claims"), 0, -1)
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(sy_redis.key("ledger"))
+    for claim in claims:
+        pipe.llen(claim)
+    return sum(int(n) for n in pipe.execute())
 
 
 def _claim_return(client: Any, claim: bytes, claims: str) -> None:

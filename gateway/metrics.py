@@ -1,4 +1,5 @@
-"""Operator metrics (SPEC H2) in Prometheus format, served at ``/metrics`` to staff only.
+"""Operator metrics (SPEC H2) in Prometheus format, served at ``/metrics`` to platform staff who
+may see every tenant (``tenants.view_tenant``, as for the ops pages; superusers pass).
 
 Labels name tenants, models, providers and buckets: this page is for the platform's operators,
 never for tenants (A4). With several uvicorn workers, set PROMETHEUS_MULTIPROC_DIR to a
@@ -82,7 +83,11 @@ OVER_RESERVED = Counter(
 
 @staff_member_required
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    if tenant_member(request.user) is not None:  # staff to sign in to the admin, not operators
+    user = request.user
+    # Members are staff to sign in to the admin, not operators; other staff need the ops
+    # pages' permission, since these labels name every tenant.
+    operator = user.is_superuser or user.has_perm("tenants.view_tenant")
+    if tenant_member(user) is not None or not operator:
         raise PermissionDenied("Metrics are for the platform's operators.")
     from ops.prometheus import SaturationCollector  # models: not at the proxy's import time
 

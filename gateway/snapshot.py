@@ -1,9 +1,10 @@
 """The per-process configuration snapshot: keys, catalogue, quotas — no database on the hot path.
 
 Each process holds one immutable snapshot and checks a version number in Redis at most every
-CONFIG_POLL_INTERVAL seconds. When the version moved (loadconfig or an admin save bumped it), a
-new snapshot is built in the background and swapped in; requests keep using the old one until
-then. Only the very first request of a process waits for a build.
+CONFIG_POLL_INTERVAL seconds. The first request after the interval waits for that check, and
+when the version moved (loadconfig or an admin save bumped it) for the new snapshot, so a
+change (a revoked key) applies to every request from then on, even on a worker that was idle.
+Within the interval requests use the snapshot as it is, with no Redis call.
 """
 
 from __future__ import annotations
@@ -42,45 +43,58 @@ def snapshot_build(version: int) -> Snapshot:
 
 
 class SnapshotHolder:
+    """This process's snapshot, checked against Redis at most once per poll interval."""
+
     def __init__(self) -> None:
         self._snapshot: Snapshot | None = None
         self._checked_at = 0.0
-        self._rebuild: asyncio.Task[None] | None = None
-        self._first_build = asyncio.Lock()
+        self._refreshing: asyncio.Task[None] | None = None
 
     async def get(self) -> Snapshot:
-        snapshot = self._snapshot
-        if snapshot is None:
-            async with self._first_build:
-                if self._snapshot is None:
-                    version = await self._read_version()
-                    self._snapshot = await sync_to_async(snapshot_build)(version)
-                    self._checked_at = time.monotonic()
-            assert self._snapshot is not None
-            return self._snapshot
-        if time.monotonic() - self._checked_at >= settings.CONFIG_POLL_INTERVAL:
-            self._checked_at = time.monotonic()
-            if self._rebuild is None or self._rebuild.done():
-                self._rebuild = asyncio.create_task(self._refresh(snapshot.version))
-        return snapshot
+        """The current snapshot. Once the poll interval has passed, the request waits for the
+        version check (one Redis GET) and any rebuild: a revoked key or a new limit applies to
+        the very next request, not to the one after a background refresh. Requests arriving
+        meanwhile wait for that same refresh."""
+        refreshing = self._refreshing
+        # A refresh left pending by another event loop (tests) cannot be awaited on this one.
+        if (
+            refreshing is None
+            or refreshing.done()
+            or refreshing.get_loop() is not asyncio.get_running_loop()
+        ):
+            snapshot = self._snapshot
+            fresh = time.monotonic() - self._checked_at < settings.CONFIG_POLL_INTERVAL
+            if snapshot is not None and fresh:
+                return snapshot  # the hot path: no await at all
+            refreshing = self._refreshing = asyncio.create_task(self._refresh())
+        # Shielded: a request that gives up does not cancel the refresh the others wait for.
+        await asyncio.shield(refreshing)
+        assert self._snapshot is not None  # else the refresh raised
+        return self._snapshot
 
     async def _read_version(self) -> int:
         raw = await sy_redis.async_client().get(sy_redis.key("config", "version"))
         return int(raw or 0)
 
-    async def _refresh(self, seen: int) -> None:
+    async def _refresh(self) -> None:
+        current = self._snapshot
         try:
             version = await self._read_version()
-            if version != seen:
+            if current is None or version != current.version:
                 self._snapshot = await sync_to_async(snapshot_build)(version)
         except Exception:
+            if current is None:
+                raise  # nothing to serve: the request fails, the next one tries again
             # Keep serving the last good configuration; the next poll tries again.
             log.exception("configuration snapshot refresh failed")
+        finally:
+            self._checked_at = time.monotonic()
 
     def reset(self) -> None:
         """Forget the snapshot (tests that change configuration without Redis)."""
         self._snapshot = None
         self._checked_at = 0.0
+        self._refreshing = None
 
 
 holder = SnapshotHolder()

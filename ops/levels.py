@@ -24,7 +24,13 @@ from redis.exceptions import RedisError
 from gateway.configfile.durations import duration_format
 from quotas.core.model import BucketLevel, BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import SCOPE_ORDER, bucket_spec, with_headroom, with_learned_buckets
+from quotas.snapshot import (
+    SCOPE_ORDER,
+    UNBUILDABLE,
+    bucket_spec,
+    with_headroom,
+    with_learned_buckets,
+)
 from quotas.store.redis import RedisReservationStore
 from routing.models import Provider
 from tenants.models import Tenant
@@ -119,7 +125,7 @@ class LevelRow:
 @dataclass(frozen=True)
 class Levels:
     rows: list[LevelRow]
-    error: str = ""  # why the live levels could not be read
+    error: str = ""  # why the live levels could not be read, or which buckets are not counted
 
 
 def level_buckets(
@@ -218,11 +224,22 @@ def bucket_levels(
     *, tenant: Tenant, shared: bool, providers: Sequence[str] = (), models: Sequence[str] = ()
 ) -> Levels:
     """The live level of every bucket the reader may see for ``tenant`` (see the module doc)."""
-    buckets = level_buckets(tenant=tenant, shared=shared, providers=providers, models=models)
-    if not buckets:
-        return Levels(rows=[])
+    counted: list[tuple[Bucket, BucketSpec]] = []
+    invalid: list[str] = []
+    for bucket in level_buckets(tenant=tenant, shared=shared, providers=providers, models=models):
+        try:
+            counted.append((bucket, broker_spec(bucket)))
+        except UNBUILDABLE as exc:  # the broker leaves it out too (quota_snapshot_build)
+            invalid.append(f"'{bucket.name}' ({exc})")
+    note = ""
+    if invalid:
+        note = "Not counted, its configuration is invalid: " + "; ".join(invalid) + "."
+    if not counted:
+        return Levels(rows=[], error=note)
     try:
-        levels, now = store_levels([broker_spec(b) for b in buckets])
+        levels, now = store_levels([spec for _, spec in counted])
     except (RedisError, OSError) as exc:
-        return Levels(rows=[], error=f"Live levels are unavailable: {type(exc).__name__}.")
-    return Levels(rows=[level_row(b, lv, now) for b, lv in zip(buckets, levels, strict=True)])
+        error = f"Live levels are unavailable: {type(exc).__name__}."
+        return Levels(rows=[], error=f"{error} {note}".strip())
+    rows = [level_row(b, lv, now) for (b, _), lv in zip(counted, levels, strict=True)]
+    return Levels(rows=rows, error=note)

@@ -8,6 +8,8 @@ all buckets, one pipeline for the queue depths), so an alert on saturation needs
   and dimension): every configured bucket, and each provider's learned concurrency limit (its
   capacity is the limit learned so far). Saturation is ``1 - available / capacity``.
 - ``switchyard_provider_queue_depth``: requests waiting in each provider pool's fair queue.
+- ``switchyard_ledger_backlog``: ledger records in Redis not yet stored in the database (a
+  stopped Celery worker or a failing flush shows as a growing backlog).
 
 Only platform staff read ``/metrics`` (``gateway.metrics.metrics_view``): these name every
 tenant's buckets.
@@ -24,9 +26,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
+from gateway.ledger import ledger_backlog
 from ops.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
+from quotas.core.model import BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import with_learned_buckets
+from quotas.snapshot import UNBUILDABLE, with_learned_buckets
 from quotas.store.queue_redis import queue_prefix
 from routing.models import Provider
 
@@ -51,11 +55,15 @@ class SaturationCollector(Collector):
             "Requests waiting in a provider pool's fair queue.",
             labels=["provider"],
         )
-        buckets = _all_buckets()
+        backlog = GaugeMetricFamily(
+            "switchyard_ledger_backlog",
+            "Ledger records waiting in Redis to be stored (queued or claimed by a flush).",
+        )
+        buckets, specs = _counted_buckets()
         providers = list(Provider.objects.order_by("name"))
         try:
-            levels, _ = store_levels([broker_spec(b) for b in buckets])
-            depths = _queue_depths(providers)
+            levels, _ = store_levels(specs)
+            depths, waiting_records = _queue_depths_and_backlog(providers)
         except (RedisError, OSError) as exc:  # the scrape still answers; the gap shows it
             log.warning("saturation metrics unavailable: %s", exc)
             return
@@ -65,17 +73,29 @@ class SaturationCollector(Collector):
             available.add_metric(labels, level.available)
         for provider, waiting in zip(providers, depths, strict=True):
             depth.add_metric([provider.name], waiting)
+        backlog.add_metric([], waiting_records)
         yield capacity
         yield available
         yield depth
+        yield backlog
 
 
-def _all_buckets() -> list[Bucket]:
-    buckets = list(Bucket.objects.order_by("scope_kind", "name"))
-    return with_learned_buckets(buckets, Provider.objects.order_by("name"))
+def _counted_buckets() -> tuple[list[Bucket], list[BucketSpec]]:
+    """Every bucket the broker counts and its spec; a row it cannot count is left out."""
+    rows = list(Bucket.objects.order_by("scope_kind", "name"))
+    buckets: list[Bucket] = []
+    specs: list[BucketSpec] = []
+    for bucket in with_learned_buckets(rows, Provider.objects.order_by("name")):
+        try:
+            specs.append(broker_spec(bucket))
+        except UNBUILDABLE as exc:
+            log.warning("bucket %r (id %s) is not counted: %s", bucket.name, bucket.pk, exc)
+            continue
+        buckets.append(bucket)
+    return buckets, specs
 
 
-def _queue_depths(providers: list[Provider]) -> list[int]:
+def _queue_depths_and_backlog(providers: list[Provider]) -> tuple[list[int], int]:
     client = redis.Redis.from_url(
         settings.REDIS_URL,
         socket_timeout=REDIS_TIMEOUT_SECONDS,
@@ -85,6 +105,7 @@ def _queue_depths(providers: list[Provider]) -> list[int]:
         pipe = client.pipeline(transaction=False)
         for provider in providers:
             pipe.zcard(f"{queue_prefix(settings.REDIS_PREFIX, f'provider:{provider.id}')}:d")
-        return [int(n) for n in pipe.execute()]
+        depths = [int(n) for n in pipe.execute()]
+        return depths, ledger_backlog(client)
     finally:
         client.close()

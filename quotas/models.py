@@ -5,8 +5,11 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from gateway.configfile.reader import non_negative_int, positive_number
+from quotas.validation import ConfigRules, bucket_defaults, bucket_errors, seconds
 
-class WorkloadClass(models.Model):
+
+class WorkloadClass(ConfigRules, models.Model):
     class Overload(models.TextChoices):
         REJECT = "reject", "reject at once"
         DEGRADE = "degrade", "degrade to the fallback model"
@@ -20,6 +23,14 @@ class WorkloadClass(models.Model):
     retry_budget = models.PositiveIntegerField(
         default=2, help_text="Attempts after the first, fallbacks included (F4)."
     )
+
+    # A weight of 0 fails every request of the class, a deadline of 0 refuses them all (E1, D2).
+    config_rules = {
+        "deadline_seconds": seconds,
+        "max_queue_depth": non_negative_int,
+        "weight": positive_number,
+        "retry_budget": non_negative_int,
+    }
 
     class Meta:
         ordering = ["-weight", "name"]
@@ -114,6 +125,18 @@ class Bucket(models.Model):
     )
 
     SCOPE_FIELDS = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
+    LIMIT_FIELDS = (
+        "dimension",
+        "rule",
+        "capacity",
+        "period_seconds",
+        "window",
+        "resets_at",
+        "timezone",
+        "duration_seconds",
+        "factor",
+        "shadow",
+    )
 
     class Meta:
         ordering = ["scope_kind", "name"]
@@ -125,22 +148,23 @@ class Bucket(models.Model):
         return getattr(self, self.scope_kind, None)
 
     def clean(self) -> None:
+        """The scope, then the limit's shape and values exactly as ``loadconfig`` checks them."""
+        errors: dict[str, list[str]] = {}
         set_scopes = [f for f in self.SCOPE_FIELDS if getattr(self, f"{f}_id") is not None]
-        if set_scopes != [self.scope_kind]:
-            raise ValidationError(
-                {"scope_kind": f"exactly the {self.scope_kind} scope must be set"}
-            )
-        if self.rule == self.Rule.RAMP:
-            if not self.factor or not self.period_seconds:
-                raise ValidationError("a ramp limit needs a factor and an interval")
-        elif self.capacity is None or self.capacity <= 0:
-            raise ValidationError({"capacity": "must be a positive number"})
-        if self.rule == self.Rule.REFILL and not self.period_seconds:
-            raise ValidationError({"period_seconds": "a refill limit needs a period"})
-        if self.rule == self.Rule.FIXED_WINDOW and not (self.window and self.timezone):
-            raise ValidationError("a fixed window needs a window and a timezone")
-        if self.rule == self.Rule.ROLLING_WINDOW and not self.duration_seconds:
-            raise ValidationError({"duration_seconds": "a rolling window needs a duration"})
+        # An empty or unknown kind is already refused by the field itself.
+        if self.scope_kind in self.SCOPE_FIELDS and set_scopes != [self.scope_kind]:
+            label = self.ScopeKind(self.scope_kind).label
+            errors["scope_kind"] = [
+                f"exactly one scope must be set: the {label} ({self.scope_kind}), no other"
+            ]
+        values = {field: getattr(self, field) for field in self.LIMIT_FIELDS}
+        for field, value in bucket_defaults(values).items():
+            setattr(self, field, value)
+            values[field] = value
+        for field, messages in bucket_errors(values, name=self.name).items():
+            errors.setdefault(field, []).extend(messages)
+        if errors:
+            raise ValidationError(errors)
 
 
 class Reservation(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,11 @@ from routing.models import Provider
 # D1: the order in which a request's buckets are checked, narrowest scope first.
 SCOPE_ORDER = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
 TENANT_SIDE = frozenset(SCOPE_ORDER[:5])
+# What building a row's spec raises when the row cannot be counted: a bad rule, dimension or
+# window (ValueError), a non-positive period or capacity, an unknown time zone, a bad scope.
+UNBUILDABLE = (ValueError, TypeError, LookupError, AttributeError)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,21 @@ def bucket_spec(bucket: Bucket) -> BucketSpec:
     )
 
 
+def bucket_spec_or_none(bucket: Bucket) -> BucketSpec | None:
+    """``bucket_spec``, or None for a row that cannot be counted (logged as an ERROR): one bad
+    row must not take every tenant's configuration down with it."""
+    try:
+        return bucket_spec(bucket)
+    except UNBUILDABLE as exc:
+        log.error(
+            "bucket %r (id %s) is not counted: its configuration is invalid: %s",
+            bucket.name,
+            bucket.pk,
+            exc,
+        )
+        return None
+
+
 def learned_buckets(
     providers: Iterable[Provider], configured: Mapping[tuple[str, int], Sequence[BucketSpec]]
 ) -> list[Bucket]:
@@ -109,15 +130,25 @@ def with_learned_buckets(buckets: list[Bucket], providers: Iterable[Provider]) -
     configured: dict[tuple[str, int], list[BucketSpec]] = {}
     for b in buckets:
         if b.scope_kind == Bucket.ScopeKind.PROVIDER:
-            configured.setdefault(("provider", b.provider_id), []).append(bucket_spec(b))
+            try:
+                spec = bucket_spec(b)
+            except UNBUILDABLE:  # not counted by the broker either (``quota_snapshot_build``)
+                continue
+            configured.setdefault(("provider", b.provider_id), []).append(spec)
     return buckets + learned_buckets(providers, configured)
 
 
 def quota_snapshot_build() -> QuotaSnapshot:
+    """Every bucket the broker counts, by scope node, and the workload classes.
+
+    A row that cannot be counted is left out with an ERROR log (``bucket_spec_or_none``).
+    """
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
     for bucket in Bucket.objects.order_by("name"):
+        spec = bucket_spec_or_none(bucket)
+        if spec is None:
+            continue
         scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
-        spec = bucket_spec(bucket)
         if bucket.scope_kind == "provider":
             spec = with_headroom(spec, settings.PROVIDER_HEADROOM_SECONDS)
         grouped[(bucket.scope_kind, scope_id)].append(

@@ -8,6 +8,16 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from gateway.configfile.reader import (
+    choice,
+    list_of,
+    model_slug,
+    non_negative_number,
+    positive_int,
+    url,
+)
+from gateway.configfile.schema import CAPABILITIES, routing_overrides
+from quotas.validation import ConfigRules, exact, seconds
 from routing import credentials
 from routing.core.parameters import RoutingParameters
 
@@ -19,7 +29,7 @@ def routing_parameters(overrides: dict[str, Any]) -> RoutingParameters:
     return RoutingParameters(**{**settings.ROUTING_PARAMETERS, **overrides})
 
 
-class Provider(models.Model):
+class Provider(ConfigRules, models.Model):
     class Protocol(models.TextChoices):
         OPENAI = "openai", "OpenAI Chat Completions"
         ANTHROPIC = "anthropic", "Anthropic Messages"
@@ -41,6 +51,8 @@ class Provider(models.Model):
     )
     is_active = models.BooleanField(default=True)
 
+    config_rules = {"base_url": url, "cache_ttl_seconds": seconds}
+
     class Meta:
         ordering = ["name"]
 
@@ -54,7 +66,7 @@ class Provider(models.Model):
         return credentials.decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
 
 
-class Model(models.Model):
+class Model(ConfigRules, models.Model):
     """A public model id clients send (e.g. ``acme/chat-large``)."""
 
     slug = models.CharField(max_length=200, unique=True)
@@ -88,6 +100,13 @@ class Model(models.Model):
     )
     is_active = models.BooleanField(default=True)
 
+    config_rules = {
+        "slug": model_slug,
+        "default_output_tokens": positive_int,
+        "default_input_tokens": positive_int,
+        "routing_parameters": routing_overrides,
+    }
+
     class Meta:
         ordering = ["slug"]
 
@@ -95,13 +114,18 @@ class Model(models.Model):
         return self.slug
 
     def clean(self) -> None:
+        errors: dict[str, str] = {}
         try:
             routing_parameters(self.routing_parameters)
         except (TypeError, ValueError) as exc:
-            raise ValidationError({"routing_parameters": str(exc)}) from None
+            errors["routing_parameters"] = str(exc)
+        if self.fallback_model_id is not None and self.fallback_model_id == self.pk:
+            errors["fallback_model"] = "must name another model"
+        if errors:
+            raise ValidationError(errors)
 
 
-class Endpoint(models.Model):
+class Endpoint(ConfigRules, models.Model):
     """One provider serving one model: prices are USD per million tokens."""
 
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="endpoints")
@@ -123,6 +147,16 @@ class Endpoint(models.Model):
     quality_note = models.CharField(max_length=200, blank=True, default="")
     is_active = models.BooleanField(default=True)
 
+    # A string in ``supports`` would be read letter by letter; sizes of 0 fit no request.
+    config_rules = {
+        "price_input": exact(non_negative_number),
+        "price_cached_input": exact(non_negative_number),
+        "price_output": exact(non_negative_number),
+        "context_window": positive_int,
+        "max_output": positive_int,
+        "supports": list_of(choice(*CAPABILITIES)),
+    }
+
     class Meta:
         ordering = ["model__slug", "position"]
         constraints = [
@@ -131,3 +165,10 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.slug} @ {self.provider.name}"
+
+    def clean(self) -> None:
+        window, most = self.context_window, self.max_output
+        if isinstance(window, int) and isinstance(most, int) and 0 < window < most:
+            raise ValidationError(
+                {"max_output": f"must not exceed context_window ({window}), got {most}"}
+            )

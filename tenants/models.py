@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from gateway.configfile.reader import Invalid, list_of, model_slug, positive_number, slug
+from quotas.validation import ConfigRules
 
 
 class Partner(models.Model):
@@ -20,7 +24,7 @@ class Partner(models.Model):
         return self.name
 
 
-class Tenant(models.Model):
+class Tenant(ConfigRules, models.Model):
     class Sort(models.TextChoices):
         ROUTING_COST = "", "routing cost (default)"
         PRICE = "price", "price"
@@ -37,6 +41,9 @@ class Tenant(models.Model):
     default_sort = models.CharField(max_length=20, choices=Sort.choices, blank=True, default="")
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    # A weight of 0 or less fails every request of the tenant in a contended pool.
+    config_rules = {"weight": positive_number}
 
     class Meta:
         ordering = ["name"]
@@ -87,7 +94,21 @@ class App(models.Model):
         return f"{self.team}/{self.name} ({self.environment})"
 
 
-class ApiKey(models.Model):
+def allowed_models_check(value: object) -> list[str]:
+    """A key's ``allowed_models``: a list of model slugs of the catalogue, as the file has it."""
+    slugs = list_of(model_slug)(value)
+    known = set(
+        apps.get_model("routing", "Model")
+        .objects.filter(slug__in=slugs)
+        .values_list("slug", flat=True)
+    )
+    for i, name in enumerate(slugs):
+        if name not in known:
+            raise Invalid(f"unknown model '{name}'", at=f"[{i}]")
+    return slugs
+
+
+class ApiKey(ConfigRules, models.Model):
     """A2: the secret is shown once; only its SHA-256 and a short public prefix are stored."""
 
     app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="keys")
@@ -102,6 +123,9 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    # The name is part of the key's bucket names (``api_key:acme/search/web/ci:…``).
+    config_rules = {"name": slug, "allowed_models": allowed_models_check}
 
     class Meta:
         ordering = ["app__team__tenant__name", "app__name", "name"]

@@ -258,11 +258,16 @@ class Stack:
             pass
 
     def _forget_redis(self) -> None:
-        """Delete every key of this stack's prefix (they would only pile up otherwise)."""
+        """Delete every key of this stack's prefix and of its Celery queue (they would only pile
+        up otherwise). The queue is named with a '-', so ``name:*`` misses it; kombu also keeps
+        its bindings (``_kombu.binding*.<queue>``) and priority lists (the queue name + suffix)."""
+        queue = f"{self.name}-celery"
         try:
             client = redis.Redis.from_url(self.redis_url)
-            for keys in _batched(client.scan_iter(match=f"{self.name}:*", count=1000), 1000):
-                client.delete(*keys)
+            patterns = (f"{self.name}:*", f"{queue}*", f"_kombu.binding*.{queue}")
+            for pattern in patterns:
+                for keys in _batched(client.scan_iter(match=pattern, count=1000), 1000):
+                    client.delete(*keys)
             client.close()
         except redis.RedisError:
             pass

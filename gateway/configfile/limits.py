@@ -1,6 +1,6 @@
 """The ``limits`` entries of the file: each becomes one ``quotas.Bucket`` of its parent's scope.
 
-A limit's rule follows from its keys; ``_RULE_KEYS`` says which keys each rule needs and which
+A limit's rule follows from its keys; ``RULE_KEYS`` says which keys each rule needs and which
 it refuses, so a limit that mixes two shapes is reported rather than half-applied.
 """
 
@@ -91,7 +91,7 @@ def parse_limit(s: Section) -> LimitSpec:
 
 
 # Which keys each rule needs and which it refuses (beyond dimension, shadow and name).
-_RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "refill": (("capacity", "per"), ("duration", "resets_at", "timezone", "factor")),
     "fixed_window": (("capacity", "window"), ("per", "duration", "factor")),
     "rolling_window": (("capacity", "duration"), ("per", "resets_at", "timezone", "factor")),
@@ -123,7 +123,7 @@ def _limit_rule(s: Section, dimension: str, window: str) -> str:
                 "(e.g. window: day, or window: rolling with a duration)",
             )
         return ""
-    needed, refused = _RULE_KEYS[rule]
+    needed, refused = RULE_KEYS[rule]
     what = f"a {rule.replace('_', ' ')} limit"
     for key in needed:
         if not s.has(key):

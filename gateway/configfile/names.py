@@ -8,7 +8,7 @@ Names are derived from the limit's shape, so they stay the same from one load to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from gateway.configfile.durations import duration_format
 from gateway.configfile.limits import LimitSpec
@@ -55,20 +55,32 @@ def bucket_name(scope: str, limit: LimitSpec) -> str:
 
 
 def scoped_limits(config: Config) -> Iterator[tuple[str, LimitSpec]]:
-    """Every limit of the file with its scope name, in file order."""
+    """Every limit of the file with its scope name, in file order.
+
+    A scope whose name (or an enclosing one) was refused is skipped: the schema recorded that
+    error and left the name as None, and the limits' names cannot be formed without it.
+    """
     for provider in config.providers:
-        yield from ((scope_name("provider", provider.name), lim) for lim in provider.limits)
+        yield from _limits(provider.limits, "provider", provider.name)
     for model in config.models:
-        yield from ((scope_name("model", model.slug), lim) for lim in model.limits)
+        yield from _limits(model.limits, "model", model.slug)
     for partner in config.partners:
-        yield from ((scope_name("partner", partner.name), lim) for lim in partner.limits)
+        yield from _limits(partner.limits, "partner", partner.name)
     for tenant in config.tenants:
-        yield from ((scope_name("tenant", tenant.name), lim) for lim in tenant.limits)
+        yield from _limits(tenant.limits, "tenant", tenant.name)
         for team in tenant.teams:
             path = (tenant.name, team.name)
-            yield from ((scope_name("team", *path), lim) for lim in team.limits)
+            yield from _limits(team.limits, "team", *path)
             for app in team.apps:
-                yield from ((scope_name("app", *path, app.name), lim) for lim in app.limits)
+                yield from _limits(app.limits, "app", *path, app.name)
                 for key in app.keys:
-                    scope = scope_name("api_key", *path, app.name, key.name)
-                    yield from ((scope, lim) for lim in key.limits)
+                    yield from _limits(key.limits, "api_key", *path, app.name, key.name)
+
+
+def _limits(
+    limits: Iterable[LimitSpec], kind: str, *names: str | None
+) -> Iterator[tuple[str, LimitSpec]]:
+    if any(name is None for name in names):
+        return
+    scope = scope_name(kind, *(name for name in names if name is not None))
+    yield from ((scope, limit) for limit in limits)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import replace
+from zoneinfo import ZoneInfo
 
 from quotas.core.model import BucketSpec, Dimension, Rule, Window
 
@@ -32,7 +33,10 @@ def bucket_spec_build(
     factor: float | None,
     shadow: bool,
 ) -> BucketSpec:
-    """The core's view of one configured limit; ``scope`` becomes its Redis hash tag."""
+    """The core's view of one configured limit; ``scope`` becomes its Redis hash tag.
+
+    Raises ``ValueError`` for a limit that cannot be counted (the message names it).
+    """
     kind = Rule(rule)
     cap: float | None = capacity
     period: float | None = period_seconds
@@ -47,6 +51,9 @@ def bucket_spec_build(
     reset_seconds = 0.0
     if resets_at is not None:
         reset_seconds = resets_at.hour * 3600 + resets_at.minute * 60 + resets_at.second
+    zone = timezone or "UTC"
+    if kind is Rule.FIXED_WINDOW:
+        zone_check(name, zone)
     return BucketSpec(
         name=name,
         scope=scope,
@@ -56,10 +63,19 @@ def bucket_spec_build(
         period=float(period or 0.0),
         window=Window(window) if window else None,
         resets_at=reset_seconds,
-        timezone=timezone or "UTC",
+        timezone=zone,
         factor=float(factor or 1.0),
         shadow=shadow,
     )
+
+
+def zone_check(name: str, timezone: str) -> None:
+    """``ValueError`` unless ``timezone`` is a known IANA zone: caught when the configuration is
+    read, rather than by every request that computes the bucket's window."""
+    try:
+        ZoneInfo(timezone)
+    except (LookupError, ValueError, OSError):  # not found, malformed key, unreadable path
+        raise ValueError(f"{name}: unknown time zone '{timezone}'") from None
 
 
 def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:

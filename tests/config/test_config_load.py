@@ -409,3 +409,18 @@ def test_the_command_help_says_unmentioned_objects_are_left_alone() -> None:
 
     assert "the file does not mention are left alone" in " ".join(help_text.split())
     assert "--dry-run" in help_text
+
+
+def test_the_command_reports_an_invalid_name_instead_of_crashing(
+    reference_path: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    data = reference_data(reference_path)
+    data["tenants"][0]["teams"][0]["name"] = "search team"
+
+    with pytest.raises(CommandError) as raised:
+        call_command("loadconfig", str(write(tmp_path, data)), stdout=StringIO())
+
+    message = str(raised.value)
+    assert "nothing changed" in message
+    assert "tenants[0].teams[0].name: must be" in message
+    assert Tenant.objects.count() == 0

@@ -390,3 +390,24 @@ def test_it_does_not_change_its_input() -> None:
     config_parse(data)
 
     assert data == before
+
+
+# A refused name is left as None by the schema; the checks across the file must skip it, not
+# crash on it (they used to end in a TypeError traceback from ``scope_name``).
+BAD_NAMES = [
+    ("tenants[0].name", "Acme Corp"),
+    ("tenants[0].name", "a" * 101),
+    ("tenants[0].teams[0].name", "search team"),
+    ("tenants[0].teams[0].apps[0].name", "web app"),
+    ("tenants[0].teams[0].apps[0].keys[0].name", "k" * 300),
+    ("providers[0].name", "Alpha Corp"),
+    ("partners[0].name", "Reseller Co"),
+    ("models[0].slug", "acme/chat large"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), BAD_NAMES, ids=[f"{p}={v[:12]}" for p, v in BAD_NAMES])
+def test_it_reports_an_invalid_name_with_its_path(path: str, value: str) -> None:
+    errors = errors_of(_edit(path, value))
+
+    assert any(error.startswith(f"{path}: ") for error in errors), errors

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any
 
 import pytest
 import redis.asyncio
 from django.conf import settings
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
+from gateway import redis as sy_redis
 from ops.levels import broker_spec
 from quotas.core.model import Usage
 from quotas.models import Bucket
@@ -100,3 +103,60 @@ def test_it_still_answers_the_scrape_when_the_store_cannot_be_read(
     assert page.status_code == 200
     assert b"switchyard_requests_total" in page.content
     assert b"switchyard_bucket_available{" not in page.content
+
+
+def test_it_still_answers_the_scrape_when_a_bucket_cannot_be_counted(
+    personas: Personas,
+) -> None:
+    # A row saved before the admin refused negative durations: left out, not a 500.
+    web = Bucket.objects.get(name="app:acme/search/web:concurrency").app
+    Bucket.objects.create(
+        name="app:acme/search/web:requests:rolling",
+        scope_kind="app",
+        app=web,
+        dimension="requests",
+        rule="rolling_window",
+        capacity=100,
+        duration_seconds=-3600,
+    )
+    page = personas.client(personas.staff).get("/metrics")
+
+    assert page.status_code == 200
+    capacities = _gauges(page, "switchyard_bucket_capacity")
+    web_labels = 'bucket="app:acme/search/web:concurrency",dimension="concurrency",scope="app"'
+    assert capacities[web_labels] == 20
+    assert not any("requests:rolling" in labels for labels in capacities)
+
+
+def test_it_requires_the_ops_pages_permission_of_staff(personas: Personas) -> None:
+    # Staff with no permission (e.g. a support desk) get 404 on the ops pages, 403 here.
+    operator = User.objects.create_user("operator", is_staff=True)
+    assert personas.client(operator).get("/metrics").status_code == 403
+
+    operator.user_permissions.add(Permission.objects.get(codename="view_tenant"))
+    operator = User.objects.get(pk=operator.pk)  # permissions are cached per instance
+    page = personas.client(operator).get("/metrics")
+    assert page.status_code == 200
+    assert b"switchyard_requests_total" in page.content
+
+
+def test_it_reports_the_ledger_backlog_at_the_scrape(personas: Personas) -> None:
+    # Three records queued, two claimed by a flush that has not stored them yet.
+    client = sy_redis.sync_client()
+    client.rpush(sy_redis.key("ledger"), b"{}", b"{}", b"{}")
+    claim = sy_redis.key("ledger", "claim", "test")
+    client.rpush(claim, b"{}", b"{}")
+    client.zadd(sy_redis.key("ledger", "claims"), {claim: time.time()})
+
+    page = personas.client(personas.staff).get("/metrics")
+
+    assert _gauges_plain(page, "switchyard_ledger_backlog") == 5
+
+
+def _gauges_plain(page: Any, name: str) -> float:
+    [value] = [
+        float(line.rsplit(" ", 1)[1])
+        for line in page.content.decode().splitlines()
+        if line.startswith(name + " ")
+    ]
+    return value

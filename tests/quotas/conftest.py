@@ -20,6 +20,7 @@ import redis.asyncio
 
 from quotas.store.memory import AsyncMemoryStore, MemoryReservationStore
 from quotas.store.redis import RedisReservationStore
+from tests.personas import Personas, personas_create, redis_prefix_scope
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -160,3 +161,18 @@ def store(store_kind: str, runner: asyncio.Runner) -> Iterator[SyncStore]:
         yield s
     finally:
         cleanup()
+
+
+@pytest.fixture
+def personas(db: None, settings: Any) -> Iterator[Personas]:
+    """The reference configuration in the database, under a Redis prefix of this test alone."""
+    yield from _with_prefix(settings)
+
+
+def _with_prefix(settings: Any) -> Iterator[Personas]:
+    prefix = redis_prefix_scope(settings)
+    next(prefix)
+    try:
+        yield personas_create()
+    finally:
+        next(prefix, None)

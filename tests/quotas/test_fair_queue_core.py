@@ -396,5 +396,7 @@ def test_it_refuses_early_only_whom_waiting_could_not_have_served(arrivals):
         )
         if early:
             told += 1
-            assert result.retry_at > now + wait
+            # The line drains past the deadline, less the margin that judges a fit at the very
+            # instant of the deadline too late (the waiter's timer and the pump would race).
+            assert result.retry_at > now + wait - DRAIN_MARGIN
             assert _waits_in_vain(before, rid, size, now + wait, now)

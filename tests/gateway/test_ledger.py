@@ -1,0 +1,45 @@
+"""The ledger's flush (C8): records a crashed flush had claimed come back soon, stored once."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from gateway import redis as sy_redis
+from gateway.ledger import ledger_backlog, ledger_flush
+from quotas.models import Reservation
+
+
+def _crashed_claim(ident: str, claimed_at: float) -> None:
+    """What a flush leaves behind when it dies between claiming its records and storing them."""
+    client = sy_redis.sync_client()
+    record = {
+        "kind": "reservation",
+        "id": ident,
+        "request_id": ident.split(":")[0],
+        "created_at": claimed_at - 1,
+        "outcome": "reconciled",
+        "taken": {"app:acme/search/web:requests:1m": 1.0},
+    }
+    claim = sy_redis.key("ledger", "claim", ident)
+    client.rpush(claim, orjson.dumps(record))
+    client.zadd(sy_redis.key("ledger", "claims"), {claim: claimed_at})
+
+
+@pytest.mark.django_db
+def test_it_stores_the_records_of_a_crashed_flush_half_a_minute_later(redis_prefix: str) -> None:
+    now = time.time()
+    _crashed_claim("gen-crashed:1", claimed_at=now - 31)
+    _crashed_claim("gen-recent:1", claimed_at=now - 5)  # maybe a flush still at work: left alone
+    assert ledger_backlog() == 2
+
+    assert ledger_flush(now=now) == 1
+
+    assert list(Reservation.objects.values_list("id", flat=True)) == ["gen-crashed:1"]
+    assert ledger_backlog() == 1
+    # Stored twice (the crashed flush had in fact written them): still one row.
+    _crashed_claim("gen-crashed:1", claimed_at=now - 40)
+    assert ledger_flush(now=now) == 1
+    assert Reservation.objects.filter(id="gen-crashed:1").count() == 1
