@@ -50,6 +50,7 @@ class Call:
     ttft: float | None = None
     reason: str = ""  # Switchyard's reason code for the outcome
     explanation: list[str] = field(default_factory=list)  # why endpoints were passed over
+    broken: frozenset[str] = frozenset()  # endpoints planned behind an open breaker (G7)
     recorded: bool = False  # its generation (ledger row) was written
 
     @property

@@ -49,7 +49,7 @@ from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
 from quotas.broker import Broker, actual_usage, broker_get, demand_usage
 from quotas.core.estimate import input_tokens_heuristic, requested_max_output
-from quotas.core.retry import Failure, Next, retry_decide
+from quotas.core.retry import Failure, Next, RetryDecision, retry_decide
 from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
 from routing.core.overrides import model_suffix_split, provider_preferences_parse
@@ -340,6 +340,7 @@ async def _plan(
         )
     )
     call.route = plan_explanation(plan)
+    call.broken = frozenset(who for who, why in plan.demoted if why == "breaker")
     if not plan.attempts:
         reasons = ", ".join(f"{who}: {why}" for who, why in plan.refused) or "none configured"
         raise InvalidRequest(
@@ -439,6 +440,10 @@ async def _serve(
             rng=rng,
         )
         call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
+        if decision.next is Next.SAME_ENDPOINT and admitted.endpoint.key in call.broken:
+            # Its breaker is open: it was tried as the only way left, and failed as expected.
+            # Trying it again would only add load to a provider already in trouble (G7, F2).
+            decision = RetryDecision(Next.GIVE_UP, reason="breaker_open")
         if decision.next is Next.GIVE_UP:
             attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
             raise attempt.error
