@@ -99,7 +99,7 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         snapshot = await _snapshot()
         call.principal = _identify(snapshot, request, call.created)
         body = _parse(request)
-        call.model = _model(snapshot, call.principal, body)
+        call.model = _model(snapshot, call.principal, body, call=call)
         call.workload = _workload(snapshot, call, request)
         call.stream = bool(body.get("stream"))
         deferred = jobs.wants_deferral(request, call)
@@ -257,8 +257,15 @@ def _parse(request: HttpRequest) -> dict[str, Any]:
     return chat_request_parse(raw, max_bytes=settings.MAX_REQUEST_BODY_BYTES)
 
 
-def _model(snapshot: Snapshot, principal: Principal, body: dict[str, Any]) -> ModelEntry:
-    """The requested model (a ``:floor`` / ``:nitro`` suffix aside), and its fallbacks' checks."""
+def _model(
+    snapshot: Snapshot, principal: Principal, body: dict[str, Any], *, call: Call | None = None
+) -> ModelEntry:
+    """The requested model (a ``:floor`` / ``:nitro`` suffix aside), and its fallbacks' checks.
+
+    Given the ``call``, a refusal here is counted under the app's class and the model asked
+    (H2), not under "default" and "": neither would be known yet."""
+    if call is not None:
+        call.workload = snapshot.quotas.workloads.get(principal.workload, DEFAULT_WORKLOAD)
     found: ModelEntry | None = None
     for param, requested in [
         ("model", body["model"]),
@@ -267,7 +274,10 @@ def _model(snapshot: Snapshot, principal: Principal, body: dict[str, Any]) -> Mo
         slug, _ = model_suffix_split(requested)
         model = snapshot.catalogue.models.get(slug)
         if model is None or not model.endpoints:
+            # An unknown name stays out of the labels: clients could mint any number of them.
             raise UnknownModel(f"The model '{requested}' does not exist.", param=param)
+        if call is not None and found is None:
+            call.model = model
         if not principal.may_use(slug):
             raise PermissionDenied(f"This API key may not use the model '{slug}'.", param=param)
         found = found or model

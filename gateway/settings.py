@@ -226,9 +226,25 @@ IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
 
+
+def _client_error_without_traceback(record: Any) -> bool:  # a logging.LogRecord
+    """A 4xx logged by ``django.request`` (every admin 403 carries its PermissionDenied) is
+    one line: its traceback would bury the real errors. 5xx keep theirs."""
+    if getattr(record, "status_code", 500) < 500:
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {
+        "client_error_without_traceback": {
+            "()": "django.utils.log.CallbackFilter",
+            "callback": _client_error_without_traceback,
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["client_error_without_traceback"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
 }

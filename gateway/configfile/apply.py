@@ -1,26 +1,29 @@
 """Writing a parsed configuration to the database: idempotent upsert by name, one transaction.
 
-Objects the file does not mention are left alone. A second load of the same file changes no
-row: values are compared before saving, key hashes are compared rather than re-hashed, and a
-provider credential is re-encrypted only when the secret itself changed.
+Objects the file does not mention are left alone, unless ``prune`` names the sections whose
+unnamed objects are to be removed (``gateway.configfile.prune``). A second load of the same
+file changes no row: values are compared before saving, key hashes are compared rather than
+re-hashed, and a provider credential is re-encrypted only when the secret itself changed.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.utils import timezone
 
 from gateway.configfile import ConfigError, KnownNames, config_parse, config_read
 from gateway.configfile.limits import LimitSpec
 from gateway.configfile.names import bucket_name, scope_name
+from gateway.configfile.prune import SECTIONS, Removal, config_prune
 from gateway.configfile.schema import Config, KeySpec, TenantSpec
+from gateway.configfile.summary import CREATED, KINDS, UNCHANGED, UPDATED, Summary
 from gateway.redis import config_version_bump
 from quotas.models import Bucket, WorkloadClass
 from routing import credentials
@@ -29,80 +32,55 @@ from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.models import ApiKey, App, Partner, Team, Tenant
 
 M = TypeVar("M", bound=models.Model)
-
-CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
-# The kinds of the summary, in the order they are applied; each is one Django model.
-KINDS: dict[str, type[models.Model]] = {
-    "workload class": WorkloadClass,
-    "provider": Provider,
-    "model": Model,
-    "endpoint": Endpoint,
-    "partner": Partner,
-    "tenant": Tenant,
-    "team": Team,
-    "app": App,
-    "api key": ApiKey,
-    "bucket": Bucket,
-}
-
-
-@dataclass
-class Summary:
-    """What a load did, per kind; ``secrets`` are generated key secrets, to be shown once."""
-
-    outcomes: dict[str, dict[object, str]] = field(default_factory=dict)
-    left_alone: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    secrets: list[tuple[str, str]] = field(default_factory=list)
-
-    def record(self, kind: str, pk: object, outcome: str) -> None:
-        # An object touched twice (e.g. a model, then its fallback) keeps its strongest outcome.
-        order = (UNCHANGED, UPDATED, CREATED)
-        current = self.outcomes.setdefault(kind, {}).get(pk, UNCHANGED)
-        self.outcomes[kind][pk] = max(current, outcome, key=order.index)
-
-    def count(self, kind: str, outcome: str) -> int:
-        return sum(1 for o in self.outcomes.get(kind, {}).values() if o == outcome)
-
-    @property
-    def changed(self) -> bool:
-        return any(o != UNCHANGED for kind in self.outcomes.values() for o in kind.values())
-
-    def lines(self) -> list[str]:
-        return [
-            f"{kind}: {self.count(kind, CREATED)} created, {self.count(kind, UPDATED)} updated, "
-            f"{self.count(kind, UNCHANGED)} unchanged, {self.left_alone.get(kind, 0)} not in the "
-            "file (left alone)"
-            for kind in KINDS
-        ]
+__all__ = ["KINDS", "Summary", "config_apply", "config_load", "known_names"]
 
 
 class _DryRun(Exception):
     """Rolls the dry run's transaction back."""
 
 
-def known_names() -> KnownNames:
-    """Names in the database the file may refer to without defining them."""
+def known_names(managed: frozenset[str] = frozenset()) -> KnownNames:
+    """Names in the database the file may refer to without defining them; none of the
+    ``managed`` sections, whose objects the file does not name are about to be pruned."""
+
+    def names(section: str, model: type[models.Model], field: str) -> frozenset[str]:
+        if section in managed:
+            return frozenset()
+        return frozenset(model._default_manager.values_list(field, flat=True))
+
     return KnownNames(
-        providers=frozenset(Provider.objects.values_list("name", flat=True)),
-        models=frozenset(Model.objects.values_list("slug", flat=True)),
-        workload_classes=frozenset(WorkloadClass.objects.values_list("name", flat=True)),
-        partners=frozenset(Partner.objects.values_list("name", flat=True)),
+        providers=names("providers", Provider, "name"),
+        models=names("models", Model, "slug"),
+        workload_classes=names("workload_classes", WorkloadClass, "name"),
+        partners=names("partners", Partner, "name"),
     )
 
 
+def file_sections(data: object) -> frozenset[str]:
+    """The top-level sections the file contains: the kinds of object it manages."""
+    return frozenset(s for s in SECTIONS if isinstance(data, dict) and s in data)
+
+
 def config_load(
-    path: str | Path, *, env: Mapping[str, str] | None = None, dry_run: bool = False
+    path: str | Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    prune: bool = False,
 ) -> Summary:
-    """Validate and apply the file at ``path``; ``dry_run`` rolls everything back at the end.
+    """Validate and apply the file at ``path``; ``dry_run`` rolls everything back at the end;
+    ``prune`` removes what the file's sections manage and it does not name.
 
     Raises ``ConfigError`` (and changes nothing) when the file is invalid.
     """
     data = config_read(path)
-    config = config_parse(data, known=known_names())
+    sections = file_sections(data)
+    config = config_parse(data, known=known_names(sections if prune else frozenset()))
     try:
         with transaction.atomic():
-            summary = config_apply(config, env=os.environ if env is None else env)
+            summary = config_apply(
+                config, env=os.environ if env is None else env, sections=sections, prune=prune
+            )
             if dry_run:
                 raise _DryRun
     except _DryRun:
@@ -110,8 +88,15 @@ def config_load(
     return summary
 
 
-def config_apply(config: Config, *, env: Mapping[str, str]) -> Summary:
-    """Upsert ``config`` in one transaction; bump the config version on commit if it changed."""
+def config_apply(
+    config: Config,
+    *,
+    env: Mapping[str, str],
+    sections: frozenset[str] = frozenset(),
+    prune: bool = False,
+) -> Summary:
+    """Upsert ``config`` in one transaction, then prune ``sections`` if ``prune`` (else only
+    list what pruning would remove); bump the config version once on commit if it changed."""
     with transaction.atomic():
         writer = _Writer(env)
         writer.write(config)
@@ -120,9 +105,26 @@ def config_apply(config: Config, *, env: Mapping[str, str]) -> Summary:
         summary = writer.summary
         for kind, model in KINDS.items():
             summary.left_alone[kind] = model.objects.count() - len(summary.outcomes.get(kind, {}))
+        summary.pruned = prune
+        if prune:
+            summary.removals = config_prune(config, sections, now=timezone.now())
+        elif sections:
+            summary.removals = _prune_preview(config, sections)
         if summary.changed:
             transaction.on_commit(lambda: _announce(summary))
     return summary
+
+
+def _prune_preview(config: Config, sections: frozenset[str]) -> list[Removal]:
+    """What ``--prune`` would remove, found by pruning in a savepoint that is rolled back."""
+    removals: list[Removal] = []
+    try:
+        with transaction.atomic():
+            removals = config_prune(config, sections, now=timezone.now())
+            raise _DryRun
+    except _DryRun:
+        pass
+    return removals
 
 
 def _announce(summary: Summary) -> None:
