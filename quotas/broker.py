@@ -99,6 +99,7 @@ def actual_usage(usage: ProviderUsage, cost: float) -> Usage:
         output_tokens=float(usage.output_tokens),
         spend=cost,
         concurrency=1.0,
+        cached_input_tokens=float(usage.cached_input_tokens),
     )
 
 

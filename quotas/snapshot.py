@@ -17,7 +17,7 @@ from quotas.core.learned import (
     needs_learned_concurrency,
 )
 from quotas.core.model import BucketSpec
-from quotas.core.specs import bucket_spec_build, with_headroom
+from quotas.core.specs import bucket_spec_build, with_headroom, with_provider_rules
 from quotas.models import Bucket, WorkloadClass
 from routing.models import Provider
 
@@ -67,6 +67,13 @@ class QuotaSnapshot:
 
 def bucket_spec(bucket: Bucket) -> BucketSpec:
     """The core's view of one configured bucket; the scope node is its Redis hash tag."""
+    spec = _row_spec(bucket)
+    if bucket.scope_kind == Bucket.ScopeKind.PROVIDER and bucket.provider is not None:
+        spec = with_provider_rules(spec, bucket.provider.protocol)
+    return spec
+
+
+def _row_spec(bucket: Bucket) -> BucketSpec:
     scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
     return bucket_spec_build(
         name=bucket.name,
@@ -144,7 +151,7 @@ def quota_snapshot_build() -> QuotaSnapshot:
     A row that cannot be counted is left out with an ERROR log (``bucket_spec_or_none``).
     """
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
-    for bucket in Bucket.objects.order_by("name"):
+    for bucket in Bucket.objects.select_related("provider").order_by("name"):
         spec = bucket_spec_or_none(bucket)
         if spec is None:
             continue

@@ -113,6 +113,8 @@ def demand_parts(buckets: Sequence[BucketSpec], demand: Usage) -> list[tuple[Buc
 def actual_amount(spec: BucketSpec, actual: Usage | None) -> float:
     if actual is None or spec.dimension is Dimension.CONCURRENCY:
         return 0.0
+    if spec.cached_input_free and spec.dimension is Dimension.INPUT_TOKENS:
+        return max(0.0, actual.input_tokens - actual.cached_input_tokens)
     return actual.amount(spec.dimension)
 
 

@@ -73,6 +73,11 @@ class BucketSpec:
     ``quotas.core.learned``): ``capacity`` is only its ceiling. A provider 429 that no known
     limit explains (``observe`` with little remaining) cuts it to ``factor`` × the requests
     then in flight; while it is full, it grows back by one request every ``period`` seconds.
+
+    ``cached_input_free``: an input-token limit that does not count prompt-cache reads
+    (Anthropic's ITPM on current models). The reservation takes the whole prompt — hits are
+    known only afterwards — and settlement charges the uncached part, so cache-heavy traffic
+    gets the capacity the provider really gives.
     """
 
     name: str
@@ -87,6 +92,7 @@ class BucketSpec:
     slices: int = DEFAULT_SLICES
     factor: float = 1.0
     shadow: bool = False
+    cached_input_free: bool = False
 
     def __post_init__(self) -> None:
         for name in ("capacity", "period", "resets_at", "factor"):
@@ -130,6 +136,7 @@ class Usage:
     output_tokens: float = 0.0
     spend: float = 0.0
     concurrency: float = 1.0
+    cached_input_tokens: float = 0.0  # of input_tokens, read from a prompt cache (actual only)
 
     def amount(self, dimension: Dimension) -> float:
         field_name = USAGE_FIELDS[dimension]

@@ -90,3 +90,15 @@ def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:
         return spec
     kept = spec.capacity - spec.capacity / spec.period * seconds
     return replace(spec, capacity=kept) if kept >= 1 else spec
+
+
+# Providers whose input-token limit does not count prompt-cache reads: Anthropic's ITPM on
+# current models (research/reliability.md §1.2). OpenAI counts cached tokens toward TPM.
+CACHE_READS_FREE_PROTOCOLS = frozenset({"anthropic"})
+
+
+def with_provider_rules(spec: BucketSpec, protocol: str) -> BucketSpec:
+    """A provider bucket as that provider counts it (``BucketSpec.cached_input_free``)."""
+    if spec.dimension is Dimension.INPUT_TOKENS and protocol in CACHE_READS_FREE_PROTOCOLS:
+        return replace(spec, cached_input_free=True)
+    return spec

@@ -133,6 +133,7 @@ class RedisReservationStore:
                 spec.period,
                 *x,
                 1 if spec.shadow else 0,
+                1 if spec.cached_input_free else 0,
             ]
         )
         entry = (
@@ -263,6 +264,7 @@ class RedisReservationStore:
             repr(float(usage.output_tokens)),
             repr(usage.amount(Dimension.TOTAL_TOKENS)),
             repr(float(usage.spend)),
+            repr(float(usage.cached_input_tokens)),
             str(len(blobs)),
             *blobs,
         ]

@@ -113,6 +113,10 @@ class ProviderBehaviour:
                 limits=self.limits.status(now),
             )
         plan = self._plan(now, request, model, reserved)
+        if self.spec.protocol == "anthropic" and plan.cached_input_tokens:
+            # Anthropic's ITPM does not count prompt-cache reads (research/reliability.md
+            # §1.2): checked on the whole prompt, the reads are given back once found.
+            self.limits.give_back_input(now, plan.cached_input_tokens)
         self._open.add(plan.serial)
         counters = self.counters
         counters.peak_concurrency = max(counters.peak_concurrency, self.limits.in_flight)

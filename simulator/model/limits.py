@@ -171,6 +171,11 @@ class ProviderLimits:
         self.in_flight += 1
         return None
 
+    def give_back_input(self, now: float, tokens: int) -> None:
+        """Input tokens admitted but not counted after all (prompt-cache reads)."""
+        if self.input_tokens is not None:
+            self.input_tokens.give_back(now, tokens)
+
     def release(self, now: float, unused_output_tokens: int) -> None:
         """End of a request: free its concurrency slot and refund output tokens it did not use."""
         self.in_flight = max(0, self.in_flight - 1)

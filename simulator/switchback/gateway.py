@@ -193,7 +193,7 @@ class SimGateway:
             return
         cached = plan.cached_input_tokens
         cost = route.cost(plan.input_tokens, cached, sent)
-        actual = Usage(1.0, float(plan.input_tokens), float(sent), cost, 1.0)
+        actual = Usage(1.0, float(plan.input_tokens), float(sent), cost, 1.0, float(cached))
         self.admission.settle(route, grant, actual)
         tool_call = plan.tool_call is not None
         malformed = tool_call and plan.tool_call.malformed  # type: ignore[union-attr]

@@ -21,7 +21,12 @@ from gateway.configfile.limits import LimitSpec
 from gateway.configfile.names import bucket_name, scope_name
 from quotas.core.learned import learned_concurrency, learned_name, needs_learned_concurrency
 from quotas.core.model import BucketSpec, Rule
-from quotas.core.specs import RAMP_DEFAULT_FLOOR, bucket_spec_build, with_headroom
+from quotas.core.specs import (
+    RAMP_DEFAULT_FLOOR,
+    bucket_spec_build,
+    with_headroom,
+    with_provider_rules,
+)
 from routing.core import EndpointConfig, ModelConfig, RoutingParameters
 from simulator.model import LimitsSpec, Market, ProviderBehaviour
 from simulator.switchback.admission import Workload
@@ -87,7 +92,10 @@ def market_build(
         )
         scope = scope_name("provider", name)
         buckets[name] = tuple(
-            with_headroom(_bucket(scope, name, limit, scale), headroom_s)
+            with_headroom(
+                with_provider_rules(_bucket(scope, name, limit, scale), provider.protocol),
+                headroom_s,
+            )
             for limit in provider.limits
         )
         learns = learn_concurrency and provider.learn_concurrency

@@ -39,7 +39,10 @@ DAY = BucketSpec(
 )
 SPEND = BucketSpec("spend", "tenant:acme", Dimension.SPEND, Rule.ROLLING_WINDOW, 10, period=18000)
 RAMP = BucketSpec("ramp", "provider:beta", Dimension.REQUESTS, Rule.RAMP, 3, period=60, factor=2)
-ITPM = BucketSpec("itpm", "provider:beta", Dimension.INPUT_TOKENS, Rule.REFILL, 20000, 60)
+# Anthropic's ITPM: prompt-cache reads do not count (settled on the uncached input).
+ITPM = BucketSpec(
+    "itpm", "provider:beta", Dimension.INPUT_TOKENS, Rule.REFILL, 20000, 60, cached_input_free=True
+)
 # Learned (period: regrowth per request, factor: the cut); 8 is only its ceiling.
 LEARNED = BucketSpec(
     "learned", "provider:gamma", Dimension.CONCURRENCY, Rule.CONCURRENCY, 8, period=5, factor=0.5
@@ -106,6 +109,15 @@ def test_it_reconciles_releasing_the_rest_and_charging_overage(store):
     assert got["itpm"] == (1000, 3000, 0, 2000)
     levels = avail(store, ALL, T0 + 1)
     assert levels[1:4] == [2, 5000 - 3100, 9.5]
+
+
+def test_it_charges_a_limit_that_ignores_cache_reads_only_the_uncached_input(store):
+    grant = store.reserve("r1", ALL, DEMAND, now=T0)
+    usage = Usage(input_tokens=3000, output_tokens=100, spend=0.5, cached_input_tokens=2500)
+    result = store.reconcile(grant, usage, now=T0 + 1)
+    got = {s.bucket: (s.estimated, s.actual, s.released, s.charged) for s in result.settlements}
+    assert got["itpm"] == (1000, 500, 500, 0)  # the provider's ITPM: cache reads are free
+    assert got["day"] == (1500, 3100, 0, 1600)  # the tenant's tokens: every token counts
 
 
 def test_it_gives_everything_back_on_release(store):
@@ -269,7 +281,12 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
                 elif kind in ("reconcile", "release", "renew") and grants:
                     g = grants[-1 - i % min(3, len(grants))]
                     if kind == "reconcile":
-                        usage = Usage(input_tokens=amount, output_tokens=amount / 3, spend=extra)
+                        usage = Usage(
+                            input_tokens=amount,
+                            output_tokens=amount / 3,
+                            spend=extra,
+                            cached_input_tokens=amount * (extra % 1.0),
+                        )
                         results.append(s.reconcile(g, usage, now=now))
                     elif kind == "release":
                         results.append(s.release(g, now=now))

@@ -12,6 +12,7 @@ from simulator.model import (
     IncidentSpec,
     LatencySpec,
     LengthSpec,
+    LimitsSpec,
     Plan,
     ProviderBehaviour,
     Rejection,
@@ -165,6 +166,21 @@ def test_it_reports_a_cached_prefix_at_the_cache_hit_rate_for_long_prompts():
     )
     assert not any(p.cached_input_tokens for p in short_prompts)
     assert b.stats()["cached_input_tokens"] == sum(p.cached_input_tokens for p in hits)
+
+
+@pytest.mark.parametrize(("protocol", "counted"), [("openai", True), ("anthropic", False)])
+def test_it_counts_prompt_cache_reads_toward_input_tokens_per_minute_as_the_protocol_does(
+    protocol, counted
+):
+    limits = LimitsSpec(input_tokens_per_minute=1_000_000)
+    b = behaviour(provider(protocol=protocol, limits=limits, models=[model(cache_hit_rate=1.0)]))
+
+    plan = b.admit(0.0, request(input_tokens=5000, max_tokens=5))
+
+    assert isinstance(plan, Plan) and plan.cached_input_tokens >= 1024
+    used = 1_000_000 - b.limits.input_tokens.level
+    expected = 5000 if counted else 5000 - plan.cached_input_tokens
+    assert used == pytest.approx(expected)
 
 
 def test_it_reports_cache_writes_only_when_the_request_asked_for_caching():

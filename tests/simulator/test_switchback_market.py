@@ -59,6 +59,14 @@ def test_it_reserves_in_exactly_the_buckets_the_gateway_loads(redis_prefix):
         for name, spec in simulated.items():
             # Same bucket but the scope's hash tag: the gateway names it by primary key.
             assert spec == replace(loaded[name], scope=spec.scope), name
+    # Anthropic's ITPM does not count prompt-cache reads; OpenAI's TPM does.
+    free = {
+        spec.name
+        for buckets in snapshot.buckets.values()
+        for spec in (b.spec for b in buckets)
+        if spec.cached_input_free
+    }
+    assert free == {"provider:beta:input_tokens:1m"}
 
 
 def test_it_prices_endpoints_and_routes_models_as_configured():

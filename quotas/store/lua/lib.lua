@@ -50,7 +50,8 @@ end
 local function read_part(blob)
   local t = cmsgpack.unpack(blob)
   return {name = t[1], rule = t[2], dim = t[3], cap = t[4], period = t[5],
-          x1 = t[6], x2 = t[7], x3 = t[8], x4 = t[9], shadow = t[10] == 1}
+          x1 = t[6], x2 = t[7], x3 = t[8], x4 = t[9], shadow = t[10] == 1,
+          cached_free = t[11] == 1}
 end
 
 local function window_of(p, now)

@@ -2,13 +2,13 @@
 -- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
 -- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
 -- KEYS: settle.lua's (3 + 2n), then the pool's qp:s, qp:h, qp:l, qp:d.
--- ARGV: settle.lua's (12 + n), then qp.
+-- ARGV: settle.lua's (13 + n), then qp.
 -- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}.
-local n = tonumber(ARGV[12])
+local n = tonumber(ARGV[13])
 local settled = settle_main()
 local now = tonumber(settled[2])
 local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[3]))
-local Q = q_load(ARGV[13 + n])
+local Q = q_load(ARGV[14 + n])
 if redis.call('ZCARD', Q.d) == 0 then return {settled, q_pumped(now, INF, 0, 0, 0)} end
 local ctx = {now = now, born = born, learning_until = learning_until,
              limit = tonumber(ARGV[4]), retention = tonumber(ARGV[5]), index = KEYS[3]}

@@ -3,8 +3,9 @@
 -- KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
 -- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
--- ARGV[7..11] actual requests, input tokens, output tokens, total tokens, spend (USD),
--- ARGV[12] n, then per grant part its bucket blob (lib.lua read_part).
+-- ARGV[7..12] actual requests, input tokens, output tokens, total tokens, spend (USD),
+-- cached input tokens (of the input), ARGV[13] n, then per grant part its bucket blob
+-- (lib.lua read_part).
 -- Returns {outcome, now, n, (name, estimated, actual, released, charged)*n}; outcome is
 -- reconciled | released | expired | closed | unknown (the last three change nothing).
 local now = clock(ARGV[1])
@@ -15,6 +16,7 @@ local release = ARGV[6] == '1'
 local usage = {requests = tonumber(ARGV[7]), input_tokens = tonumber(ARGV[8]),
                output_tokens = tonumber(ARGV[9]), total_tokens = tonumber(ARGV[10]),
                spend = tonumber(ARGV[11]), concurrency = 0}
+local cached_input = tonumber(ARGV[12])
 
 local rec = record_load(KEYS[2], now, retention)
 if not rec then return {'unknown', fmt(now), 0} end
@@ -24,8 +26,8 @@ if rec.expires <= now then
   return {'expired', fmt(now), 0}
 end
 local by_name = {}
-for i = 1, tonumber(ARGV[12]) do
-  local p = read_part(ARGV[12 + i])
+for i = 1, tonumber(ARGV[13]) do
+  local p = read_part(ARGV[13 + i])
   p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
   by_name[p.name] = p
 end
@@ -35,7 +37,13 @@ for _, row in ipairs(rec.rows) do
   if p then
     local taken, marker, skipped = row[2], row[3], row[4] == 1
     local actual = 0
-    if not release then actual = usage[p.dim] end
+    if not release then
+      actual = usage[p.dim]
+      -- core book.actual_amount: a limit that does not count prompt-cache reads
+      if p.cached_free and p.dim == 'input_tokens' then
+        actual = math.max(0, actual - cached_input)
+      end
+    end
     out[3] = out[3] + 1
     out[#out + 1] = p.name
     if skipped then
