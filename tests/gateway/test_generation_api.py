@@ -67,6 +67,8 @@ def test_it_returns_the_callers_own_generation(personas: Personas) -> None:
         "interactive",
     )
     assert data["created_at"].startswith("2030-01-01T00:07:00")
+    # ?format= is no override of ours: the record, as JSON, all the same.
+    assert get(ACME_KEY, id=row.id, format="api").json()["data"]["id"] == row.id
 
 
 def test_it_answers_another_tenants_generation_exactly_like_a_missing_one(
