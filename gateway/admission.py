@@ -37,6 +37,7 @@ QUEUE_REFUSALS = {
     "queue_full": "the queue for this provider is full",
     "flow_full": "this tenant already has as many requests waiting as it may",
     "cancelled": "it was cancelled while waiting",
+    "abandoned": "its gateway process stopped reading while it waited",
 }
 
 

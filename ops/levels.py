@@ -142,7 +142,7 @@ def level_buckets(
         if tenant.partner_id is not None:
             scope |= Q(partner_id=tenant.partner_id)
         scope |= Q(provider__name__in=list(providers)) | Q(model__slug__in=list(models))
-    buckets = list(Bucket.objects.filter(scope).select_related("provider").order_by("name"))
+    buckets = list(Bucket.objects.filter(scope).order_by("name"))
     if shared:  # the providers' learned concurrency limits: not rows, the broker adds them
         accounts = Provider.objects.filter(name__in=list(providers)).order_by("name")
         buckets = with_learned_buckets(buckets, accounts)

@@ -82,7 +82,7 @@ class SaturationCollector(Collector):
 
 def _counted_buckets() -> tuple[list[Bucket], list[BucketSpec]]:
     """Every bucket the broker counts and its spec; a row it cannot count is left out."""
-    rows = list(Bucket.objects.select_related("provider").order_by("scope_kind", "name"))
+    rows = list(Bucket.objects.order_by("scope_kind", "name"))
     buckets: list[Bucket] = []
     specs: list[BucketSpec] = []
     for bucket in with_learned_buckets(rows, Provider.objects.order_by("name")):

@@ -15,6 +15,11 @@ Wake-ups, per gateway process:
   capacity given back (a concurrency slot) goes to the next waiter at once;
 - each waiter has its own deadline timer; at the deadline it leaves atomically, and if the pump
   granted it in the same instant it gets (and owns) that grant.
+
+Crashes: a process that dies (SIGKILL, OOM) cannot leave. Every listener cycle marks its
+mailbox alive for ``MAILBOX_ALIVE_SECONDS`` (in the ``BLPOP``'s round trip); the pump drops
+the waiters of a mailbox whose mark has run out (``abandoned``) instead of granting them, so
+their place goes to live waiters at once, not after a lease. Graceful shutdown cancels them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 from quotas.core.fairqueue import (
     DEFAULT_BURST_TOKENS,
+    MAILBOX_ALIVE_SECONDS,
     Pumped,
     Queued,
     QueueReason,
@@ -42,6 +48,8 @@ from quotas.store.base import QueueStore
 log = logging.getLogger(__name__)
 
 MAIL_TIMEOUT = 1.0  # the listener's BLPOP timeout (it stops when no waiter is left)
+# Each cycle marks the mailbox alive: a live listener must come round well within the mark.
+assert MAIL_TIMEOUT * 4 <= MAILBOX_ALIVE_SECONDS
 IDLE_PUMP_GAP = 0.005  # a pump that could do nothing and names no later time: try again after
 MAX_JITTER = 0.25  # seconds added at most to a pool's wake-up (F2: processes do not wake together)
 REMEMBERED_GRANTS = 65536  # reservation id → pool, for reconcile/release without a pool

@@ -67,13 +67,6 @@ class QuotaSnapshot:
 
 def bucket_spec(bucket: Bucket) -> BucketSpec:
     """The core's view of one configured bucket; the scope node is its Redis hash tag."""
-    spec = _row_spec(bucket)
-    if bucket.scope_kind == Bucket.ScopeKind.PROVIDER and bucket.provider is not None:
-        spec = with_provider_rules(spec, bucket.provider.protocol)
-    return spec
-
-
-def _row_spec(bucket: Bucket) -> BucketSpec:
     scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
     return bucket_spec_build(
         name=bucket.name,
@@ -157,6 +150,7 @@ def quota_snapshot_build() -> QuotaSnapshot:
             continue
         scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
         if bucket.scope_kind == "provider":
+            spec = with_provider_rules(spec, bucket.provider.protocol)
             spec = with_headroom(spec, settings.PROVIDER_HEADROOM_SECONDS)
         grouped[(bucket.scope_kind, scope_id)].append(
             ScopedBucket(spec=spec, scope_kind=bucket.scope_kind)

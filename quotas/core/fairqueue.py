@@ -52,6 +52,14 @@ DRAIN_MARGIN = 0.001
 # Default per-flow burst credit, in tokens, when the caller gives none.
 DEFAULT_BURST_TOKENS = 8192.0
 
+# How long a gateway process's mailbox counts as alive after its last mark (set when one of
+# its waiters joins a queue, and by its listener on every BLPOP cycle, at least once a
+# second while it has waiters). The pump drops the waiters of a mailbox past its mark
+# (``QueueReason.ABANDONED``) instead of granting capacity nobody will use: a crashed
+# process's waiters stop taking capacity after at most this long. Five listener cycles: a
+# live process whose event loop stalls for up to about four seconds keeps its waiters.
+MAILBOX_ALIVE_SECONDS = 5.0
+
 
 class QueueReason(StrEnum):
     """Why the queue refused (bucket reasons, e.g. ``unsatisfiable``, stay ``model.Reason``)."""
@@ -61,6 +69,7 @@ class QueueReason(StrEnum):
     QUEUE_FULL = "queue_full"  # the pool's queue is full (refused or evicted from the longest flow)
     FLOW_FULL = "flow_full"  # this tenant's own flow holds its maximum of waiters
     CANCELLED = "cancelled"  # the client went away while waiting
+    ABANDONED = "abandoned"  # its gateway process stopped reading its mailbox (crashed, C9)
 
 
 @dataclass(frozen=True, slots=True)

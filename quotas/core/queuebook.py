@@ -3,6 +3,8 @@
 It is the reference for ``quotas/store/lua/queue_*.lua`` — the same steps in the same order —
 and what a discrete-event simulation drives. Verdicts for waiters go to mailboxes (one per
 gateway process in production); the caller of ``enter`` gets its own verdict directly.
+With ``alive_seconds`` (as on Redis), a mailbox is alive until ``alive_seconds`` after its
+last mark (a waiter joining, ``keep_alive``), and the pump drops the waiters of a dead one.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ VERDICT_SECONDS = 60.0
 VERDICTS_KEPT = 4096
 # Bucket tuples whose sides a queue book remembers at most (more: it starts over).
 SIDES_KEPT = 4096
+# Mailboxes' alive marks are pruned of expired ones once they are more than this many.
+ALIVE_KEPT = 1024
 # (pool, id of a bucket tuple) → (that tuple, its sides): see ``QueueBook._sides``.
 SidesKept = dict[tuple[str, int], tuple[tuple[BucketSpec, ...], tuple[Side, ...]]]
 
@@ -133,12 +137,19 @@ class PoolQueue:
 
 
 class QueueBook:
-    """Fair queues of all pools over one ``Book``, driven with an explicit ``now``."""
+    """Fair queues of all pools over one ``Book``, driven with an explicit ``now``.
 
-    def __init__(self, book: Book) -> None:
+    ``alive_seconds``: drop the waiters of mailboxes not marked alive for that long, as the
+    Redis queue always does (``MAILBOX_ALIVE_SECONDS``); None (a simulation whose one
+    mailbox is always read): every mailbox is alive."""
+
+    def __init__(self, book: Book, *, alive_seconds: float | None = None) -> None:
         self.book = book
         self.pools: dict[str, PoolQueue] = {}
         self.mailboxes: dict[str, list[tuple[str, Verdict]]] = {}
+        self.alive_seconds = alive_seconds
+        self.alive: dict[str, float] = {}  # mailbox → alive until
+        self._alive_prune_at = ALIVE_KEPT
         self._sides_kept: SidesKept = {}
 
     def _pool(self, pool: str) -> PoolQueue:
@@ -164,6 +175,21 @@ class QueueBook:
     def take_mail(self, mailbox: str) -> list[tuple[str, Verdict]]:
         """The verdicts the pump pushed for ``mailbox``'s waiters, oldest first."""
         return self.mailboxes.pop(mailbox, [])
+
+    def keep_alive(self, mailbox: str, *, now: float) -> None:
+        """Mark ``mailbox`` alive until ``alive_seconds`` after ``now`` (its listener reads it)."""
+        if self.alive_seconds is None:
+            return
+        self.alive[mailbox] = now + self.alive_seconds
+        if len(self.alive) > self._alive_prune_at:  # expired marks mean what no mark means
+            self.alive = {m: until for m, until in self.alive.items() if until > now}
+            self._alive_prune_at = max(ALIVE_KEPT, 2 * len(self.alive))
+
+    def is_alive(self, mailbox: str, now: float) -> bool:
+        """Is someone still reading ``mailbox`` (its mark is after ``now``)?"""
+        if self.alive_seconds is None:
+            return True
+        return self.alive.get(mailbox, -INF) > now
 
     # -- entering -------------------------------------------------------------------------
     def enter(
@@ -231,7 +257,7 @@ class QueueBook:
                     "",
                     result.refusals,
                 )
-            self._join(pq, entry)
+            self._join(pq, entry, now)
             pq.next_fit = result.retry_at
             return Queued(reservation_id, now, reservation_id, result.retry_at)
         if not no_wait:
@@ -250,7 +276,7 @@ class QueueBook:
                     )
                 victim = pq.flows[longest][-1]
                 self._drop(pq, victim, self._refuse(pq, victim, QueueReason.QUEUE_FULL, now), now)
-        self._join(pq, entry)
+        self._join(pq, entry, now)
         pumped, mine = self._pump(pq, now, reservation_id)
         if mine is not None:
             self._forget(pq, reservation_id)
@@ -328,6 +354,14 @@ class QueueBook:
             entry = pq.entries[rid]
             if entry.deadline <= now:
                 verdict: Verdict = self._refuse(pq, entry, QueueReason.DEADLINE, now)
+                self._drop(pq, entry, verdict, now, notify=rid != newcomer)
+                refused += 1
+                mine = verdict if rid == newcomer else mine
+                continue
+            if not self.is_alive(entry.mailbox, now):
+                # Its process stopped reading (crashed): a grant would hold capacity nobody
+                # uses until the lease expires. It leaves, taking nothing; its flow moves on.
+                verdict = QueueRefusal(rid, now, QueueReason.ABANDONED, "", now, rid)
                 self._drop(pq, entry, verdict, now, notify=rid != newcomer)
                 refused += 1
                 mine = verdict if rid == newcomer else mine
@@ -435,7 +469,8 @@ class QueueBook:
         pq.finish[entry.flow] = finish_tag(s, entry.cost, entry.weight)
         pq.v = max(pq.v, s)
 
-    def _join(self, pq: PoolQueue, entry: Entry) -> None:
+    def _join(self, pq: PoolQueue, entry: Entry, now: float) -> None:
+        self.keep_alive(entry.mailbox, now=now)  # its process is alive: it is entering
         flow = pq.flows.setdefault(entry.flow, deque())
         flow.append(entry)
         pq.entries[entry.reservation_id] = entry

@@ -1,7 +1,8 @@
 """The fair queue's in-memory twin behind the same async interface as ``RedisQueueStore``.
 
 Several of these may share one ``QueueBook`` (one per simulated gateway process, each with its
-own mailbox); ``mail`` wakes when the pump leaves a verdict in this one's mailbox.
+own mailbox); ``mail`` wakes when the pump leaves a verdict in this one's mailbox, and marks
+the mailbox alive as the Redis store's listener does (when the ``QueueBook`` checks liveness).
 """
 
 from __future__ import annotations
@@ -93,7 +94,13 @@ class MemoryQueueStore:
         self._ring()
         return result
 
-    async def mail(self, *, timeout: float) -> list[tuple[str, Verdict]]:
+    async def keep_alive(self, *, now: float | None = None) -> None:
+        """Mark this mailbox alive (its listener reads it)."""
+        self.queue.keep_alive(self.mailbox, now=self._now(now))
+
+    async def mail(self, *, timeout: float, now: float | None = None) -> list[tuple[str, Verdict]]:
+        """Verdicts for this mailbox's waiters (waits up to ``timeout`` s); marks it alive."""
+        self.queue.keep_alive(self.mailbox, now=self._now(now))
         bell = self._bells.setdefault(self.mailbox, asyncio.Event())
         if not self.queue.mailboxes.get(self.mailbox) and timeout > 0:
             bell.clear()

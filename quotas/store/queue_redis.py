@@ -6,6 +6,11 @@ Verdicts for waiters go to one mailbox list per gateway process (``mail`` reads 
 ``BLPOP``), so a process with thousands of waiters holds one blocked connection, not
 thousands. A verdict also stays in the entry's key for a while, so a waiter that leaves at
 its deadline learns atomically whether the pump granted it first.
+
+Liveness: ``<mailbox>:alive`` holds the time (on the scripts' clock) until which the mailbox
+has a reader. The admit script sets it when a waiter joins; ``mail`` sets it on every call,
+in the same round trip as its ``BLPOP`` (a pipeline), so the listener's refresh costs one
+``SET`` per cycle and no round trip. The pump drops the waiters of a mailbox past its time.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from quotas.core.book import demand_parts
 from quotas.core.fairqueue import (
+    MAILBOX_ALIVE_SECONDS,
     Pumped,
     Queued,
     QueueReason,
@@ -41,6 +47,9 @@ LUA = Path(__file__).with_name("lua")
 SCRIPTS = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
 SEP = b"\x1f"
 MAIL_BATCH = 256
+# TTL of the alive key (queue_lib.lua's MAILBOX_MS): only to clean up after a dead process;
+# the time the key holds says whether the mailbox is alive.
+ALIVE_KEY_MS = 120_000
 
 
 def queue_source(name: str) -> str:
@@ -90,6 +99,7 @@ class RedisQueueStore:
         self.store = store
         self.client = store.client
         self.mailbox = f"{store.prefix}:mb:{mailbox or uuid.uuid4().hex}"
+        self.alive_key = f"{self.mailbox}:alive"
         for name in SCRIPTS:
             store.register_script(name, queue_source(name))
         # Parts and lease of this process's waiters: a grant's reply is parsed against them.
@@ -217,15 +227,29 @@ class RedisQueueStore:
         settled, pumped = await self.store.run_script("queue_settle", keys, args)
         return self.store.settle_result(grant, settled, now), self._pumped(pumped)
 
-    async def mail(self, *, timeout: float) -> list[tuple[str, Verdict]]:
-        """Verdicts for this process's waiters; blocks up to ``timeout`` s (> 0) for the first."""
+    def _alive_until(self, now: float | None) -> str:
+        return repr(self.store.local_now(now) + MAILBOX_ALIVE_SECONDS)
+
+    async def keep_alive(self, *, now: float | None = None) -> None:
+        """Mark this mailbox alive (``mail`` does it too, without a round trip of its own)."""
+        await self.client.set(self.alive_key, self._alive_until(now), px=ALIVE_KEY_MS)
+
+    async def mail(self, *, timeout: float, now: float | None = None) -> list[tuple[str, Verdict]]:
+        """Verdicts for this process's waiters; blocks up to ``timeout`` s (> 0) for the first.
+        Marks the mailbox alive in the same round trip."""
         raw: list[Any] = []
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.alive_key, self._alive_until(now), px=ALIVE_KEY_MS)
         if timeout > 0:
-            first = await self.client.blpop([self.mailbox], timeout=timeout)
+            pipe.blpop([self.mailbox], timeout=timeout)
+            _, first = await pipe.execute()
             if first is None:
                 return []
             raw.append(first[1])
-        more: Any = await self.client.lpop(self.mailbox, MAIL_BATCH)
+            more: Any = await self.client.lpop(self.mailbox, MAIL_BATCH)
+        else:
+            pipe.lpop(self.mailbox, MAIL_BATCH)
+            _, more = await pipe.execute()
         if more:
             raw += more
         out: list[tuple[str, Verdict]] = []

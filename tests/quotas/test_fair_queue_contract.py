@@ -1,12 +1,14 @@
 """One contract suite for the fair queue on Redis (Lua) and its in-memory twin (QueueBook),
 on an explicit clock: fast path, fair order, skipping flows held by their own limits, deadlines,
-depth limits and eviction, wake-up on release, pauses — and both make the same decisions."""
+depth limits and eviction, wake-up on release, pauses, the waiters of a process that died —
+and both make the same decisions."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +16,12 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from quotas.core.fairqueue import Pumped, Queued, QueueReason, QueueRefusal
+from quotas.core.fairqueue import MAILBOX_ALIVE_SECONDS, Pumped, Queued, QueueReason, QueueRefusal
 from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.store.memory import AsyncMemoryStore, MemoryReservationStore
 from quotas.store.queue_memory import MemoryQueueStore
-from quotas.store.queue_redis import RedisQueueStore
+from quotas.store.queue_redis import LUA, RedisQueueStore
 from quotas.store.redis import RedisReservationStore
 from tests.quotas.conftest import REDIS_URL, SyncStore, delete_prefix, unique_prefix
 
@@ -43,11 +45,18 @@ def tokens(n: float) -> Usage:
 
 @dataclass
 class Fixture:
+    """A live gateway process (``q``: its listener reads at every step's time) and a second
+    one (``other``) on the same queue, with its own mailbox, which a test may let die."""
+
     q: SyncStore  # the QueueStore, run synchronously
     store: SyncStore  # the ReservationStore underneath (levels, pause)
     kind: str
+    other: SyncStore
+    now: float = T0  # the last step's time
 
-    def enter(self, rid: str, buckets: list[BucketSpec], demand: Usage, **kw: Any) -> Any:
+    def enter(
+        self, rid: str, buckets: list[BucketSpec], demand: Usage, *, via: Any = None, **kw: Any
+    ) -> Any:
         args = dict(
             pool=POOL,
             flow=buckets[0].scope,
@@ -60,23 +69,29 @@ class Fixture:
             now=T0,
         )
         args.update(kw)
-        return self.q.enter(rid, buckets, demand, **args)
+        q = self.q if via is None else via
+        self.now = args["now"]
+        q.keep_alive(now=self.now)  # the process entering is alive
+        return q.enter(rid, buckets, demand, **args)
 
-    def mail(self) -> dict[str, Any]:
-        return dict(self.q.mail(timeout=0))
+    def mail(self, via: Any = None) -> dict[str, Any]:
+        return dict((via or self.q).mail(timeout=0, now=self.now))
 
     def pump(self, now: float) -> Pumped:
+        self.now = now
+        self.q.keep_alive(now=now)  # its listener has been reading all along
         return self.q.pump(POOL, now=now)
 
 
 def make_fixture(kind: str, runner: asyncio.Runner) -> tuple[Fixture, Any]:
     if kind == "memory":
         memory = MemoryReservationStore(clock=lambda: T0)
-        qstore = MemoryQueueStore(QueueBook(memory.book), clock=lambda: T0)
+        qb = QueueBook(memory.book, alive_seconds=MAILBOX_ALIVE_SECONDS)
         fx = Fixture(
-            SyncStore(qstore, runner, lambda: None),
+            SyncStore(MemoryQueueStore(qb, clock=lambda: T0), runner, lambda: None),
             SyncStore(AsyncMemoryStore(memory), runner, lambda: None),
             kind,
+            SyncStore(MemoryQueueStore(qb, clock=lambda: T0, mailbox="p2"), runner, lambda: None),
         )
         return fx, lambda: None
     prefix = unique_prefix()
@@ -87,6 +102,7 @@ def make_fixture(kind: str, runner: asyncio.Runner) -> tuple[Fixture, Any]:
         SyncStore(RedisQueueStore(store), runner, lambda: None),
         SyncStore(store, runner, lambda: None),
         kind,
+        SyncStore(RedisQueueStore(store, mailbox="p2"), runner, lambda: None),
     )
 
     def cleanup() -> None:
@@ -326,16 +342,70 @@ def test_it_tries_a_request_that_may_not_wait_once_and_refuses_it_if_not_its_tur
     assert list(fq.mail()) == ["r2"]  # after i2, in the same pump
 
 
+def test_it_drops_the_waiter_of_a_process_that_stopped_reading_and_serves_the_next(fq):
+    fq.enter("r1", [tenant("a"), TPM], tokens(1000))  # the pool is empty; 100 tokens/s
+    # The other process's waiter is first in line (same tag, smaller id); then it dies.
+    assert isinstance(fq.enter("d1", [tenant("d"), TPM], tokens(500), via=fq.other), Queued)
+    assert isinstance(fq.enter("l1", [tenant("l"), TPM], tokens(500), now=T0 + 0.1), Queued)
+    # 500 tokens fit at T0 + 5, when d1's mark (set as it joined) has run out.
+    pumped = fq.pump(T0 + 5.01)
+    assert (pumped.granted, pumped.refused, pumped.depth) == (1, 1, 0)
+    got = fq.mail()
+    assert list(got) == ["l1"] and got["l1"].created_at == T0 + 5.01
+    assert fq.store.levels([TPM], now=T0 + 5.01)[0].available == pytest.approx(1, abs=1e-6)
+    # What the dead process would read, or learn by leaving: it left, taking nothing.
+    told = fq.mail(via=fq.other)["d1"]
+    assert (told.reason, told.queue_id, told.retry_at) == (QueueReason.ABANDONED, "d1", T0 + 5.01)
+    left = fq.other.leave(POOL, "d1", reason=QueueReason.CANCELLED, now=T0 + 6)
+    assert left.reason is QueueReason.ABANDONED
+
+
+def test_it_keeps_the_waiter_of_a_slow_reader_within_its_mark(fq):
+    fq.enter("r1", [tenant("a"), TPM], tokens(1000))
+    fq.enter("d1", [tenant("d"), TPM], tokens(500), via=fq.other)
+    fq.enter("l1", [tenant("l"), TPM], tokens(500), now=T0 + 0.1)
+    assert fq.other.mail(timeout=0, now=T0 + 3) == []  # it read at T0 + 3: alive until T0 + 8
+    pumped = fq.pump(T0 + 7.99)
+    assert (pumped.granted, pumped.refused, pumped.depth) == (1, 0, 1)
+    assert list(fq.mail(via=fq.other)) == ["d1"]
+    assert isinstance(fq.other.mail(timeout=0, now=T0 + 7.99), list)
+
+
+def test_it_marks_mailboxes_alive_for_as_long_in_lua_as_in_the_core():
+    lua = (LUA / "queue_lib.lua").read_text()
+    found = re.search(r"^local ALIVE_SECONDS = ([0-9.]+)$", lua, re.M)
+    assert found is not None and float(found.group(1)) == MAILBOX_ALIVE_SECONDS
+
+
 # -- the Lua and the core decide the same ------------------------------------------------
 
 
-def _scenario(fq: Fixture, seed: int, *, drain: bool = False) -> list[Any]:
-    """Random steps; with ``drain``, mostly on the input-token pool, whose drain is foreseen."""
+def _scenario(fq: Fixture, seed: int, *, drain: bool = False, dies_at: int = -1) -> list[Any]:
+    """Random steps; with ``drain``, mostly on the input-token pool, whose drain is foreseen.
+    Two processes enter; from step ``dies_at`` on, the second reads, enters and leaves no more
+    (killed), and what it was told is read at the end."""
     rng = random.Random(seed)
     tenants = {name: tenant(name, rpm=rng.choice([3, 30, 1000])) for name in "abcd"}
     now, log, grants = T0, [], []
+    owners: dict[str, Any] = {}
+    deadlines = [2.0, 6.0, 20.0] if drain else [0.5, 3.0, 20.0]
     for i in range(120):
         now += rng.choice([0.0, 0.05, 0.3, 1.0])
+        if i == dies_at:  # its last act: a burst of waiters, then it is killed
+            for k in range(8):
+                name = rng.choice("abcd")
+                fq.enter(
+                    f"z{k}",
+                    [tenants[name], rng.choice([TPM, SLOTS])],
+                    tokens(rng.choice([100, 400, 900])),
+                    flow=name,
+                    deadline=now + 60,
+                    flow_depth=8,
+                    now=now,
+                    via=fq.other,
+                )
+        alive = [fq.q] if 0 <= dies_at <= i else [fq.q, fq.other]
+        via = alive[rng.randrange(2) % len(alive)]
         kind = rng.random()
         if kind < 0.55:
             name = rng.choice("abcd")
@@ -344,17 +414,19 @@ def _scenario(fq: Fixture, seed: int, *, drain: bool = False) -> list[Any]:
             else:
                 pool = rng.choice([TPM, SLOTS, ITPM]) if rng.random() < 0.4 else TPM
             buckets = [tenants[name], pool]
+            owners[f"r{i}"] = via
             result = fq.enter(
                 f"r{i}",
                 buckets,
                 tokens(rng.choice([10, 100, 100, 400, 900, 2000])),
                 flow=name,
                 weight=rng.choice([1.0, 2.0, 8.0]),
-                deadline=now + rng.choice([2.0, 6.0, 20.0] if drain else [0.5, 3.0, 20.0]),
+                deadline=now + rng.choice(deadlines),
                 max_depth=rng.choice([0, 6, 12]),
                 flow_depth=rng.choice([4, 8] if drain else [2, 4]),
                 burst=rng.choice([0.0, 500.0]),
                 now=now,
+                via=via,
             )
             log.append(result)
             if isinstance(result, Grant):
@@ -366,14 +438,16 @@ def _scenario(fq: Fixture, seed: int, *, drain: bool = False) -> list[Any]:
                 fq.q.settle(grants.pop(rng.randrange(len(grants))), None, pool=POOL, now=now)
             )
         else:
-            log.append(
-                fq.q.leave(
-                    POOL, f"r{i - rng.randrange(1, 10)}", reason=QueueReason.CANCELLED, now=now
-                )
-            )
-        mail = sorted(fq.mail().items())
-        grants += [v for _, v in mail if isinstance(v, Grant)]
-        log.append(mail)
+            rid = f"r{i - rng.randrange(1, 10)}"
+            owner = owners.get(rid, fq.q)
+            if owner in alive:  # only its own process cancels a waiter
+                log.append(owner.leave(POOL, rid, reason=QueueReason.CANCELLED, now=now))
+        fq.now = now
+        for process in alive:  # each live process's listener reads
+            mail = sorted(fq.mail(via=process).items())
+            grants += [v for _, v in mail if isinstance(v, Grant)]
+            log.append(mail)
+    log.append(sorted(fq.mail(via=fq.other).items()))  # what the dead process was told
     return log
 
 
@@ -384,5 +458,22 @@ def test_it_decides_the_same_in_lua_as_in_the_core(runner, seed, drain):
     on_redis, cleanup = make_fixture("redis", runner)
     try:
         assert _scenario(memory, seed, drain=drain) == _scenario(on_redis, seed, drain=drain)
+    finally:
+        cleanup()
+
+
+def _abandoned(log: list[Any]) -> int:
+    told = [v for step in log if isinstance(step, list) for _, v in step]
+    return sum(isinstance(v, QueueRefusal) and v.reason is QueueReason.ABANDONED for v in told)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_it_drops_a_dead_processs_waiters_the_same_in_lua_as_in_the_core(runner, seed):
+    memory, _ = make_fixture("memory", runner)
+    on_redis, cleanup = make_fixture("redis", runner)
+    try:
+        expected = _scenario(memory, seed, dies_at=40)
+        assert _scenario(on_redis, seed, dies_at=40) == expected
+        assert _abandoned(expected) > 0  # the pump did meet the dead process's waiters
     finally:
         cleanup()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from quotas.core.book import Book
 from quotas.core.fairqueue import (
     DRAIN_MARGIN,
+    MAILBOX_ALIVE_SECONDS,
     Queued,
     QueueReason,
     QueueRefusal,
@@ -250,6 +252,102 @@ def test_it_does_not_move_the_tags_of_those_behind_a_waiter_that_leaves():
     assert sorted(rid for rid, _ in qb.take_mail("m")) == ["x1", "x3"]
     # Only what was granted counts: 10000 + 100 + 100 tokens at weight 2.
     assert qb.pools[POOL].finish["a"] == 5100.0
+
+
+SLOT = BucketSpec("alpha-conc", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 1)
+SLOW = BucketSpec("alpha-slow", POOL, Dimension.INPUT_TOKENS, Rule.REFILL, 1000, 10)  # 100/s
+
+
+def _held_slot_with_two_waiters() -> tuple[QueueBook, Grant]:
+    """One slot, held; the waiter of mailbox 'dead' is first in line, then 'live''s."""
+    qb = QueueBook(Book(), alive_seconds=MAILBOX_ALIVE_SECONDS)
+    kw: dict[str, Any] = dict(pool=POOL, weight=1.0, deadline=T0 + 600, max_depth=10)
+    kw.update(flow_depth=10, lease_seconds=30, burst=0.0)
+    held = qb.enter("h", [SLOT], Usage(), flow="a", mailbox="live", now=T0, **kw)
+    assert isinstance(held, Grant)
+    for rid, mailbox in (("d1", "dead"), ("l1", "live")):
+        assert isinstance(
+            qb.enter(rid, [SLOT], Usage(), flow=rid, mailbox=mailbox, now=T0, **kw), Queued
+        )
+    return qb, held
+
+
+def test_it_skips_a_dead_mailboxs_waiter_and_gives_the_next_the_capacity_at_once():
+    qb, held = _held_slot_with_two_waiters()
+    qb.keep_alive("live", now=T0 + 4)  # 'live''s listener reads; 'dead''s process has died
+    # The slot comes back after 'dead''s mark (T0 + 5): the same step hands it to l1.
+    _, pumped = qb.settle(held, None, pool=POOL, now=T0 + 6)
+    assert pumped is not None and (pumped.granted, pumped.refused, pumped.depth) == (1, 1, 0)
+    [(rid, grant)] = qb.take_mail("live")
+    assert rid == "l1" and isinstance(grant, Grant) and grant.created_at == T0 + 6
+    [(rid, told)] = qb.take_mail("dead")
+    assert rid == "d1" and isinstance(told, QueueRefusal)
+    assert (told.reason, told.queue_id, told.retry_at) == (QueueReason.ABANDONED, "d1", T0 + 6)
+    assert qb.book.levels([SLOT], now=T0 + 6)[0].available == 0  # l1's slot; d1 took nothing
+
+
+def test_it_does_not_skip_a_live_but_slow_reader_within_its_mark():
+    qb, held = _held_slot_with_two_waiters()
+    qb.keep_alive("dead", now=T0 + 2)  # it last read 4 s before the slot comes back
+    qb.settle(held, None, pool=POOL, now=T0 + 6.99)
+    assert [rid for rid, _ in qb.take_mail("dead")] == ["d1"]
+    assert qb.is_alive("dead", T0 + 6.99) and not qb.is_alive("dead", T0 + 7)
+
+
+def test_it_treats_every_mailbox_as_alive_when_liveness_is_off():
+    qb = QueueBook(Book())
+    enter(qb, "x0", "a", RATE, T0)
+    enter(qb, "x1", "b", 100, T0)
+    qb.pump(POOL, now=T0 + 100)  # nobody marked 'm' for 100 s: a simulation's one mailbox
+    assert [rid for rid, _ in qb.take_mail("m")] == ["x1"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.floats(0, 2), st.sampled_from("pqr"), st.booleans(), st.integers(10, 500)),
+        min_size=15,
+        max_size=60,
+    )
+)
+def test_it_never_grants_a_waiter_whose_mailbox_went_unread_and_keeps_those_read(ops):
+    qb = QueueBook(Book(), alive_seconds=MAILBOX_ALIVE_SECONDS)
+    now, marked, owner = T0, {}, {}
+    for i, (gap, mailbox, reads, size) in enumerate(ops):
+        now += gap
+        if mailbox == "r" and i >= 10:
+            mailbox = "p"  # 'r''s process died after its first ten steps
+        owner[f"r{i}"] = mailbox
+        entered = qb.enter(
+            f"r{i}",
+            [SLOW],
+            Usage(input_tokens=size),
+            pool=POOL,
+            flow=f"t{i % 3}",
+            weight=1.0,
+            deadline=now + 60,
+            max_depth=100,
+            flow_depth=100,
+            lease_seconds=30,
+            burst=0.0,
+            mailbox=mailbox,
+            now=now,
+        )
+        if isinstance(entered, Queued):
+            marked[mailbox] = now  # a waiter joined: its process is alive
+        for m in "pqr":
+            if reads and m != "r":  # 'r' never reads its mail; the others do at times
+                qb.keep_alive(m, now=now)
+                marked[m] = now
+        qb.pump(POOL, now=now)
+        for m in "pqr":
+            for rid, v in qb.take_mail(m):
+                assert owner[rid] == m
+                alive = marked[m] + MAILBOX_ALIVE_SECONDS > now
+                if isinstance(v, Grant):
+                    assert alive  # capacity only to a mailbox someone reads
+                elif v.reason is QueueReason.ABANDONED:
+                    assert not alive
 
 
 def test_it_lets_a_returning_flow_lag_virtual_time_by_its_burst_only():

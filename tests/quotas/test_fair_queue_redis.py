@@ -15,7 +15,13 @@ import pytest
 import redis
 import redis.asyncio
 
-from quotas.core.fairqueue import QueueReason, QueueRefusal, jain_index, weighted_max_min
+from quotas.core.fairqueue import (
+    MAILBOX_ALIVE_SECONDS,
+    QueueReason,
+    QueueRefusal,
+    jain_index,
+    weighted_max_min,
+)
 from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.queue import BrokerQueue
@@ -270,3 +276,55 @@ def test_it_shares_one_queue_between_processes_without_exceeding_the_pool(prefix
     counts = [_granted(seen, t, 0.5, 3.0) for t in "wxyz"]
     assert min(counts) > 0 and jain_index(counts) >= 0.95, counts
     assert max(x for s in seen for x in s.late) <= 0.1
+
+
+def test_it_gives_a_dead_processs_place_in_line_to_a_live_waiter_within_its_mark(prefix):
+    """A process is killed (its listener and pump timers stop; it never reads again) with a
+    waiter first in line: the next refill after its mark ran out goes to the live process's
+    waiter at once, not to the dead one (which would have cost a whole refill period)."""
+    period = MAILBOX_ALIVE_SECONDS + 1.5
+    one = BucketSpec("alpha-one", POOL, Dimension.REQUESTS, Rule.REFILL, 1, period)
+
+    async def depth(q: Queues, n: int) -> None:
+        for _ in range(100):
+            if await q.waiting() == n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never {n} waiting")
+
+    async def main() -> None:
+        live, dead = Queues("redis", prefix), Queues("redis", prefix)
+        waiter: asyncio.Task[Any] | None = None
+        try:
+            drained = await admit(live, "h", "a", [one])
+            assert isinstance(drained, Grant)
+            refill = drained.created_at + period
+            # Same start tag, smaller id: the dead process's waiter is first in line.
+            far = time.time() + 60
+            waiter = asyncio.create_task(admit(dead, "A", "t1", [one], deadline=far))
+            await depth(live, 1)
+            served = asyncio.create_task(admit(live, "B", "t2", [one], deadline=far))
+            await depth(live, 2)
+            assert dead.queue._listener is not None
+            dead.queue._listener.cancel()
+            for _, handle in dead.queue._timers.values():
+                handle.cancel()
+            dead.queue._timers.clear()
+            grant = await asyncio.wait_for(served, period + 5)
+            assert isinstance(grant, Grant)
+            assert refill <= grant.created_at <= refill + 1.0, grant.created_at - refill
+            assert await live.waiting() == 0
+            # A took nothing: it left the line with an 'abandoned' verdict nobody reads.
+            sync = redis.Redis.from_url(REDIS_URL)
+            told = [m.split(b"\x1f") for m in sync.lrange(dead.qstore.mailbox, 0, -1)]
+            sync.close()
+            assert [(m[0], m[1], m[3]) for m in told] == [(b"A", b"Q", b"abandoned")]
+            assert not waiter.done()
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+                await asyncio.gather(waiter, return_exceptions=True)
+            await live.close()
+            await dead.close()
+
+    asyncio.run(main())

@@ -14,6 +14,8 @@
 -- A verdict is a \31-joined reply: a grant as reserve.lua's 'G' reply, or a refusal
 -- {'Q', now, reason, bucket, retry_at, queue_id, k, (name, reason, retry_at)*k}. Waiters'
 -- processes get {id .. \31 .. verdict} in their mailbox list.
+-- A mailbox is alive while the string <mailbox>:alive holds a time after now: set when one of
+-- its waiters joins, and by its process's listener on every BLPOP cycle (queue_redis.py).
 
 local MAX_VISITS = 32
 local MAX_GRANTS = 16
@@ -24,6 +26,8 @@ local DRAIN_SCAN = 64
 local DRAIN_MARGIN = 0.001
 local VERDICT_SECONDS = 60
 local MAILBOX_MS = 120000
+-- = fairqueue.MAILBOX_ALIVE_SECONDS: a mailbox not marked for this long has no reader.
+local ALIVE_SECONDS = 5
 local SEP = '\31'
 
 local function q_keys(qp)
@@ -101,7 +105,25 @@ local function q_flow_len(Q, flow)
 end
 
 
+-- The mark is a time on the scripts' clock, not a TTL: the core compares it with now just so.
+-- The key's own TTL only cleans it up once its process is long gone.
+local function q_keep_alive(mailbox, now)
+  redis.call('SET', mailbox .. ':alive', fmt(now + ALIVE_SECONDS), 'PX', MAILBOX_MS)
+end
+
+-- Is someone still reading the mailbox? seen: answers already read in this call.
+local function q_alive(mailbox, now, seen)
+  local alive = seen[mailbox]
+  if alive == nil then
+    local till = redis.call('GET', mailbox .. ':alive')
+    alive = (till and tonumber(till) > now) or false
+    seen[mailbox] = alive
+  end
+  return alive
+end
+
 local function q_join(Q, e, now)
+  q_keep_alive(e.mailbox, now)  -- its process is alive: it is entering
   local fkey = Q.qp .. ':f:' .. e.flow
   local ttl = math.ceil(math.max(0, math.min(e.deadline - now, 8 * 86400)) * 1000) + KEEP_MS
   redis.call('SET', Q.qp .. ':e:' .. e.id, q_entry_pack(e), 'PX', ttl)
@@ -248,7 +270,7 @@ local function q_pump(Q, ctx, newcomer)
     end
   end
   q_unpark(Q, now)
-  local blocked, skipped = {}, {}
+  local blocked, skipped, seen = {}, {}, {}
   local offset, visits, granted = 0, 0, 0
   local next_fit, stopped_at, exhausted = INF, -1, false
   while visits < MAX_VISITS and granted < MAX_GRANTS do
@@ -261,6 +283,11 @@ local function q_pump(Q, ctx, newcomer)
       redis.call('ZREM', Q.h, id)  -- lost its entry (expired key): heal
     elseif e.deadline <= now then
       decide(e, q_refusal(now, 'deadline', '', q_retry_hint(Q, now), id, {}), true)
+      refused = refused + 1
+    elseif not q_alive(e.mailbox, now, seen) then
+      -- Its process stopped reading (crashed): a grant would hold capacity nobody uses until
+      -- the lease expires. It leaves, taking nothing; its flow moves on.
+      decide(e, q_refusal(now, 'abandoned', '', now, id, {}), true)
       refused = refused + 1
     else
       local parts = q_parts(e)
