@@ -59,10 +59,12 @@ def job_run(job_id: str) -> str:
 
 
 def jobs_resume() -> int:
-    """Queue again the jobs whose run died or whose task message was lost."""
-    due = jobs.jobs_due(timezone.now())
+    """Queue again the jobs whose run died or whose task message was lost; forget old ones."""
+    now = timezone.now()
+    due = jobs.jobs_due(now)
     for job_id in due:
         _later(job_id, 0.0)
+    jobs.jobs_forget(now)
     return len(due)
 
 

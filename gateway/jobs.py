@@ -157,6 +157,14 @@ def jobs_due(now: dt.datetime) -> list[str]:
     )
 
 
+def jobs_forget(now: dt.datetime) -> int:
+    """Delete finished jobs older than ``JOB_RETENTION_SECONDS``: a job keeps the caller's
+    prompt and answer, which are not the platform's to hoard (the ledger keeps the usage)."""
+    before = now - dt.timedelta(seconds=settings.JOB_RETENTION_SECONDS)
+    deleted, _ = Job.objects.filter(status__in=Job.FINISHED, finished_at__lt=before).delete()
+    return deleted
+
+
 def job_data(job: Job) -> dict[str, Any]:
     """What a caller sees of a job: its state and, once finished, the answer or the error."""
     return {

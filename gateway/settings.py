@@ -169,6 +169,8 @@ LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
 JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 60.0)
 JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 90.0)
 JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 30.0)
+# A finished job (its request and answer) is deleted this long after it finished (s).
+JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
 CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
     "lease-reap": {"task": "quotas.tasks.lease_reap", "schedule": LEASE_REAP_INTERVAL},

@@ -72,3 +72,19 @@ def test_it_never_changes_a_finished_job(job):
     assert not jobs.job_cancel(leased, NOW)
     job.refresh_from_db()
     assert (job.status, job.response_status) == ("succeeded", 200)
+
+
+def test_it_forgets_finished_jobs_after_their_retention_but_never_a_waiting_one(job, settings):
+    settings.JOB_RETENTION_SECONDS = 3600
+    done = Job.objects.create(
+        **{**_fields(job), "id": "job-2", "status": "succeeded", "finished_at": NOW}
+    )
+
+    assert jobs.jobs_forget(NOW + dt.timedelta(minutes=59)) == 0
+    assert jobs.jobs_forget(NOW + dt.timedelta(minutes=61)) == 1
+    assert not Job.objects.filter(pk=done.pk).exists()
+    assert Job.objects.filter(pk=job.pk).exists()  # queued: kept, however old
+
+
+def _fields(job: Job) -> dict:
+    return {f.name: getattr(job, f.name) for f in Job._meta.fields}
