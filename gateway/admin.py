@@ -1,5 +1,5 @@
-"""Admin for the usage ledger: read-only, one row per logical request; a tenant member (A4) sees
-their own tenant's rows only."""
+"""Admin for the usage ledger (one row per logical request) and the deferred jobs: read-only; a
+tenant member (A4) sees their own tenant's rows only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 
-from gateway.models import Generation
+from gateway.models import Generation, Job
 from tenants.models import Tenant
 from tenants.scoping import Access, TenantScopedAdmin, tenant_choices
 
@@ -31,8 +31,32 @@ class TenantFilter(admin.SimpleListFilter):
         return queryset.filter(tenant_id=int(value)) if value and value.isdigit() else queryset
 
 
+class TenantRowsAdmin(TenantScopedAdmin):
+    """Rows that keep their tenant's id (they outlive renames): shown with its name, read-only."""
+
+    tenant_lookup = "tenant_id"
+    tenant_access = Access.VIEW
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        names = Tenant.objects.filter(pk=OuterRef("tenant_id")).values("name")[:1]
+        return super().get_queryset(request).annotate(tenant_name=Subquery(names))
+
+    @admin.display(description="tenant", ordering="tenant_name")
+    def tenant(self, row: Any) -> str:
+        return row.tenant_name or f"#{row.tenant_id}"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Generation)
-class GenerationAdmin(TenantScopedAdmin):
+class GenerationAdmin(TenantRowsAdmin):
     list_display = [
         "created_at",
         "tenant",
@@ -50,22 +74,25 @@ class GenerationAdmin(TenantScopedAdmin):
     date_hierarchy = "created_at"
     # The ledger grows fast: skip the unfiltered COUNT(*) on every page.
     show_full_result_count = False
-    tenant_lookup = "tenant_id"
-    tenant_access = Access.VIEW
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Generation]:
-        names = Tenant.objects.filter(pk=OuterRef("tenant_id")).values("name")[:1]
-        return super().get_queryset(request).annotate(tenant_name=Subquery(names))
 
-    @admin.display(description="tenant", ordering="tenant_name")
-    def tenant(self, generation: Any) -> str:
-        return generation.tenant_name or f"#{generation.tenant_id}"
+@admin.register(Job)
+class JobAdmin(TenantRowsAdmin):
+    """Deferred requests (E3, E5): what waits, runs, or ended, and how often it was tried."""
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    list_display = [
+        "created_at",
+        "tenant",
+        "model",
+        "workload_class",
+        "status",
+        "tries",
+        "lost_runs",
+        "next_try_at",
+        "deadline_at",
+        "response_status",
+    ]
+    list_filter = [TenantFilter, "status", "workload_class"]
+    search_fields = ["id", "generation_id", "model"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False

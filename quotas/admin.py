@@ -47,17 +47,9 @@ class WorkloadClassAdmin(ConfigModelAdmin):
     search_fields = ["name"]
 
 
-LIMIT_FIELDS = [
-    "dimension",
-    "rule",
-    "capacity",
-    "period_seconds",
-    "window",
-    "resets_at",
-    "timezone",
-    "duration_seconds",
-    "factor",
-]
+# The limit's own fields, shadow aside (it sits with the name, as a trial switch).
+LIMIT_FIELDS = [f for f in Bucket.LIMIT_FIELDS if f != "shadow"]
+
 SCOPED_FIELDS = ["name", *LIMIT_FIELDS, "source", "shadow"]
 
 

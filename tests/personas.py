@@ -20,7 +20,7 @@ from django.test import Client
 
 from gateway import redis as gateway_redis
 from gateway.configfile.apply import config_load
-from gateway.models import Generation
+from gateway.models import Generation, Job
 from quotas.models import Bucket
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
 from tenants.scoping import membership_grant
@@ -94,6 +94,28 @@ def generation_create(tenant: Tenant, n: int, **fields: Any) -> Generation:
     return Generation.objects.create(**values)
 
 
+def job_create(tenant: Tenant, n: int, **fields: Any) -> Job:
+    """A deferred job of ``tenant`` (finished, so nothing would run it)."""
+    app = App.objects.filter(team__tenant=tenant).first()
+    created = datetime(2030, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+    values: dict[str, Any] = {
+        "id": f"job-{tenant.name}-{n:04d}",
+        "generation_id": f"gen-{tenant.name}-job-{n:04d}",
+        "created_at": created,
+        "deadline_at": created + timedelta(minutes=30),
+        "tenant_id": tenant.pk,
+        "app_id": app.pk if app else 0,
+        "api_key_id": 0,
+        "workload_class": "background",
+        "model": "acme/chat-small",
+        "request": {"model": "acme/chat-small", "messages": []},
+        "status": Job.Status.SUCCEEDED,
+        "finished_at": created,
+    }
+    values.update(fields)
+    return Job.objects.create(**values)
+
+
 def owner_of(obj: Any) -> int | None:
     """The tenant id an object belongs to, or None for platform objects (derived independently
     of the code under test)."""
@@ -105,7 +127,7 @@ def owner_of(obj: Any) -> int | None:
         return obj.team.tenant_id
     if isinstance(obj, ApiKey):
         return obj.app.team.tenant_id
-    if isinstance(obj, Generation | TenantMembership):
+    if isinstance(obj, Generation | Job | TenantMembership):
         return int(obj.tenant_id)
     if isinstance(obj, Bucket):
         scope = obj.scope_object()

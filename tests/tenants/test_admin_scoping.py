@@ -15,11 +15,11 @@ from django.db import models
 from django.test import Client
 from django.urls import reverse
 
-from gateway.models import Generation
+from gateway.models import Generation, Job
 from quotas.models import Bucket
 from routing.models import Endpoint, Model, Provider
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
-from tests.personas import Personas, generation_create, owner_of
+from tests.personas import Personas, generation_create, job_create, owner_of
 
 REGISTRY = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
 # Public reference data a member may read (never change).
@@ -53,6 +53,8 @@ def ledger(personas: Personas) -> None:
     for n in range(3):
         generation_create(personas.acme, n)
         generation_create(personas.globex, n, model="acme/chat-small", provider="gamma")
+        job_create(personas.acme, n)
+        job_create(personas.globex, n)
 
 
 @pytest.mark.parametrize(
@@ -104,7 +106,7 @@ def test_it_shows_a_member_nothing_of_another_tenant(
                 assert not [o for o in remote.objects.filter(pk__in=ids) if hidden_from(o, viewer)]
 
 
-@pytest.mark.parametrize("model", [Tenant, Team, App, ApiKey, Bucket, Generation])
+@pytest.mark.parametrize("model", [Tenant, Team, App, ApiKey, Bucket, Generation, Job])
 def test_it_shows_a_member_all_of_their_own_tenant(
     personas: Personas, ledger: None, model: Any
 ) -> None:
@@ -135,7 +137,17 @@ def test_it_lists_only_member_pages_on_the_admin_index(personas: Personas) -> No
     index = personas.client(personas.alice).get(reverse("admin:index"))
 
     shown = {m["object_name"] for app in index.context["app_list"] for m in app["models"]}
-    assert shown == {"Tenant", "Team", "App", "ApiKey", "Bucket", "Generation", "Model", "Endpoint"}
+    assert shown == {
+        "Tenant",
+        "Team",
+        "App",
+        "ApiKey",
+        "Bucket",
+        "Generation",
+        "Job",
+        "Model",
+        "Endpoint",
+    }
 
 
 def test_it_offers_a_member_only_their_own_apps_for_a_new_key(personas: Personas) -> None:
@@ -299,7 +311,7 @@ def test_an_inline_cannot_be_pointed_at_another_tenants_object(personas: Persona
 def test_platform_staff_see_every_tenant(personas: Personas, ledger: None) -> None:
     client = personas.client(personas.staff)
 
-    for model in (Tenant, Team, ApiKey, Generation):
+    for model in (Tenant, Team, ApiKey, Generation, Job):
         listing = client.get(url(model, "changelist"))
         owners = {owner_of(o) for o in listing.context["cl"].result_list}
         assert owners == {personas.acme.pk, personas.globex.pk}
