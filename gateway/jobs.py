@@ -27,7 +27,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import F
+from django.db.models import Count, F, Min
 from django.http import HttpRequest
 
 from gateway.call import Call
@@ -163,6 +163,18 @@ def jobs_forget(now: dt.datetime) -> int:
     before = now - dt.timedelta(seconds=settings.JOB_RETENTION_SECONDS)
     deleted, _ = Job.objects.filter(status__in=Job.FINISHED, finished_at__lt=before).delete()
     return deleted
+
+
+def jobs_open(now: dt.datetime) -> tuple[dict[tuple[int, str], int], float]:
+    """Jobs not finished, counted by (tenant id, status), and how long the oldest queued one
+    has waited since it was submitted (seconds; 0 when none waits): for /metrics."""
+    open_jobs = Job.objects.exclude(status__in=Job.FINISHED)
+    counts = {
+        (row["tenant_id"], row["status"]): row["n"]
+        for row in open_jobs.values("tenant_id", "status").annotate(n=Count("pk"))
+    }
+    oldest = open_jobs.filter(status=Job.Status.QUEUED).aggregate(at=Min("created_at"))["at"]
+    return counts, max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
 
 
 def job_data(job: Job) -> dict[str, Any]:

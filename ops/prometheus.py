@@ -10,6 +10,10 @@ all buckets, one pipeline for the queue depths), so an alert on saturation needs
 - ``switchyard_provider_queue_depth``: requests waiting in each provider pool's fair queue.
 - ``switchyard_ledger_backlog``: ledger records in Redis not yet stored in the database (a
   stopped Celery worker or a failing flush shows as a growing backlog).
+- ``switchyard_jobs`` per tenant and status (queued, running) and
+  ``switchyard_job_oldest_wait_seconds``: the deferred work (E3, E5) not finished yet; a queue
+  that only grows, or an oldest wait near the classes' deadlines, wants more capacity or
+  workers.
 
 Only platform staff read ``/metrics`` (``gateway.metrics.metrics_view``): these name every
 tenant's buckets.
@@ -22,10 +26,12 @@ from collections.abc import Iterator
 
 import redis
 from django.conf import settings
+from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
+from gateway.jobs import jobs_open
 from gateway.ledger import ledger_backlog
 from ops.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
 from quotas.core.model import BucketSpec
@@ -33,6 +39,7 @@ from quotas.models import Bucket
 from quotas.snapshot import UNBUILDABLE, with_learned_buckets
 from quotas.store.queue_redis import queue_prefix
 from routing.models import Provider
+from tenants.models import Tenant
 
 log = logging.getLogger(__name__)
 LABELS = ["bucket", "scope", "dimension"]
@@ -59,6 +66,7 @@ class SaturationCollector(Collector):
             "switchyard_ledger_backlog",
             "Ledger records waiting in Redis to be stored (queued or claimed by a flush).",
         )
+        yield from _jobs()
         buckets, specs = _counted_buckets()
         providers = list(Provider.objects.order_by("name"))
         try:
@@ -78,6 +86,23 @@ class SaturationCollector(Collector):
         yield available
         yield depth
         yield backlog
+
+
+def _jobs() -> Iterator[GaugeMetricFamily]:
+    """Deferred jobs not finished, from the database (read even when Redis is away)."""
+    counts, oldest = jobs_open(timezone.now())
+    names = dict(Tenant.objects.filter(pk__in={t for t, _ in counts}).values_list("pk", "name"))
+    jobs = GaugeMetricFamily(
+        "switchyard_jobs", "Deferred jobs not finished yet.", labels=["tenant", "status"]
+    )
+    for (tenant_id, status), n in sorted(counts.items()):
+        jobs.add_metric([names.get(tenant_id, f"#{tenant_id}"), status], n)
+    yield jobs
+    yield GaugeMetricFamily(
+        "switchyard_job_oldest_wait_seconds",
+        "How long the oldest queued job has waited since it was submitted.",
+        value=oldest,
+    )
 
 
 def _counted_buckets() -> tuple[list[Bucket], list[BucketSpec]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import redis.asyncio
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.utils import timezone
 
 from gateway import redis as sy_redis
 from ops.levels import broker_spec
@@ -22,7 +24,7 @@ from quotas.snapshot import learned_buckets
 from quotas.store.queue_redis import queue_prefix
 from quotas.store.redis import RedisReservationStore
 from routing.models import Provider
-from tests.personas import Personas
+from tests.personas import Personas, job_create
 
 
 def test_it_shows_metrics_to_platform_staff(personas: Personas) -> None:
@@ -151,6 +153,20 @@ def test_it_reports_the_ledger_backlog_at_the_scrape(personas: Personas) -> None
     page = personas.client(personas.staff).get("/metrics")
 
     assert _gauges_plain(page, "switchyard_ledger_backlog") == 5
+
+
+def test_it_counts_the_deferred_jobs_not_finished_at_the_scrape(personas: Personas) -> None:
+    now = timezone.now()
+    job_create(personas.acme, 1, status="queued", created_at=now - timedelta(minutes=5))
+    job_create(personas.acme, 2, status="queued", created_at=now - timedelta(minutes=1))
+    job_create(personas.acme, 3, status="running")
+    job_create(personas.globex, 4)  # finished: not counted
+
+    page = personas.client(personas.staff).get("/metrics")
+
+    jobs = _gauges(page, "switchyard_jobs")
+    assert jobs == {'status="queued",tenant="acme"': 2, 'status="running",tenant="acme"': 1}
+    assert 300 <= _gauges_plain(page, "switchyard_job_oldest_wait_seconds") < 310
 
 
 def _gauges_plain(page: Any, name: str) -> float:
