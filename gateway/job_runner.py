@@ -1,22 +1,31 @@
-"""Running a deferred request (``gateway/jobs.py``) in a Celery worker.
+"""Running deferred requests (``gateway/jobs.py``) in a Celery worker process.
 
-The pipeline is async and keeps per-process async clients (Redis, the providers' HTTP pools),
-so each worker process runs one event loop in a thread for its whole life and hands it one job
-run at a time; the task's own thread keeps the job's lease alive while the run lasts.
+A job mostly waits: for its turn in the broker's fair queue, then for the provider. So a task
+does not hold its worker process for a run: it takes the job's lease, hands the run to the
+process's event loop, and returns. One loop (a thread, for the process's life, with the
+pipeline's async clients) holds up to ``JOB_CONCURRENCY`` runs at once, so the jobs of every
+tenant wait side by side in the fair queue, which decides whose turn it is (D2) — not the order
+of the Celery queue, where one tenant's thousand jobs would keep everyone else's behind them.
+A tenant takes at most ``JOB_TENANT_SHARE`` of a process's runs; its next job waits in Celery's
+queue a little while, so others get in.
+
+The loop renews the leases of its runs; a process that dies leaves them to expire, and the
+resume task queues those jobs again (``jobs.jobs_due``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as dt
 import json
 import logging
+import math
 import threading
 import time
-from collections.abc import Coroutine
+from collections import Counter
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse
 from django.utils import timezone
@@ -30,32 +39,51 @@ log = logging.getLogger(__name__)
 # A refused run waits at least this long before the next, at most the longest one (seconds):
 # long enough not to spin, short enough that a freed pool is found soon.
 WAIT_BOUNDS = (1.0, 300.0)
+# A job that finds its process (or its tenant's share of it) full comes back after this (s).
+BUSY_COUNTDOWN = 30.0
 
+
+class _Runs:
+    """The runs this process's loop holds: job id → tenant id (read and written on the loop)."""
+
+    def __init__(self) -> None:
+        self.tenants: dict[str, int] = {}
+        self.per_tenant: Counter[int] = Counter()
+
+    def room_for(self, tenant_id: int) -> bool:
+        limit = settings.JOB_CONCURRENCY
+        share = max(1, math.ceil(limit * settings.JOB_TENANT_SHARE))
+        return len(self.tenants) < limit and self.per_tenant[tenant_id] < share
+
+    def add(self, job: Job) -> None:
+        self.tenants[job.id] = job.tenant_id
+        self.per_tenant[job.tenant_id] += 1
+
+    def remove(self, job: Job) -> None:
+        if self.tenants.pop(job.id, None) is not None:
+            self.per_tenant[job.tenant_id] -= 1
+
+
+_runs = _Runs()
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
 
 
 def job_run(job_id: str) -> str:
-    """One run of the job: its answer stored, or back in line; what happened, for the log."""
-    now = timezone.now()
-    job = jobs.job_lease(job_id, now)
+    """Start one run of the job on this process's loop; what happened, for the log."""
+    loop = _event_loop()
+    tenant = Job.objects.filter(pk=job_id).values_list("tenant_id", flat=True).first()
+    if tenant is None:
+        return "gone"
+    if not _call_on(loop, _runs.room_for, tenant):
+        _later(job_id, BUSY_COUNTDOWN)
+        return "busy"
+    job = jobs.job_lease(job_id, timezone.now())
     if job is None:
         return "not due"  # finished, waiting for a later try, or run elsewhere
-    try_until = time.time() + settings.JOB_TRY_SECONDS
-    last_try = try_until >= job.deadline_at.timestamp()
-    try:
-        result = _run(job, pipeline.job_attempt(job, try_until=try_until, last_try=last_try))
-    except Exception:  # a bug: the job fails once, it does not loop
-        log.exception("job %s failed in its run", job.id)
-        jobs.job_finish(job, 500, _internal_error(), timezone.now())
-        return "failed"
-    if isinstance(result, CapacityRefused):
-        wait = min(max(result.retry_after or 0.0, WAIT_BOUNDS[0]), WAIT_BOUNDS[1])
-        jobs.job_wait(job, timezone.now() + dt.timedelta(seconds=wait))
-        _later(job.id, wait)
-        return "waiting"
-    jobs.job_finish(job, result.status_code, _stored(result), timezone.now())
-    return "finished"
+    _call_on(loop, _runs.add, job)
+    asyncio.run_coroutine_threadsafe(_run(job), loop)
+    return "started"
 
 
 def jobs_resume() -> int:
@@ -68,13 +96,41 @@ def jobs_resume() -> int:
     return len(due)
 
 
-def _run(job: Job, coroutine: Coroutine[Any, Any, HttpResponse | CapacityRefused]) -> Any:
-    future = asyncio.run_coroutine_threadsafe(coroutine, _event_loop())
-    while True:
+async def _run(job: Job) -> None:
+    """The run: the answer stored, or the job back in line; never an exception left behind."""
+    try:
+        try_until = time.time() + settings.JOB_TRY_SECONDS
+        last_try = try_until >= job.deadline_at.timestamp()
         try:
-            return future.result(timeout=settings.JOB_LEASE_SECONDS / 3)
-        except concurrent.futures.TimeoutError:
-            jobs.job_lease_extend(job.id, timezone.now())
+            result = await pipeline.job_attempt(job, try_until=try_until, last_try=last_try)
+        except Exception:  # a bug: the job fails once, it does not loop
+            log.exception("job %s failed in its run", job.id)
+            await sync_to_async(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
+            return
+        if isinstance(result, CapacityRefused):
+            wait = min(max(result.retry_after or 0.0, WAIT_BOUNDS[0]), WAIT_BOUNDS[1])
+            until = timezone.now() + dt.timedelta(seconds=wait)
+            await sync_to_async(jobs.job_wait)(job, until)
+            await sync_to_async(_later)(job.id, wait)
+            return
+        await sync_to_async(jobs.job_finish)(
+            job, result.status_code, _stored(result), timezone.now()
+        )
+    except Exception:  # the database is away: the lease expires, the resume task retries
+        log.exception("job %s: its run could not be recorded", job.id)
+    finally:
+        _runs.remove(job)
+
+
+async def _renew_leases() -> None:
+    """Keep this process's runs leased while they last (a dead process stops renewing)."""
+    while True:
+        await asyncio.sleep(settings.JOB_LEASE_SECONDS / 3)
+        if _runs.tenants:
+            try:
+                await sync_to_async(jobs.job_leases_extend)(list(_runs.tenants), timezone.now())
+            except Exception:
+                log.exception("renewing the leases of running jobs failed")
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
@@ -83,8 +139,18 @@ def _event_loop() -> asyncio.AbstractEventLoop:
         if _loop is None or not _loop.is_running():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="job-loop", daemon=True).start()
+            asyncio.run_coroutine_threadsafe(_renew_leases(), loop)
             _loop = loop
         return _loop
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, function: Any, *args: Any) -> Any:
+    """Run a quick function on the loop's thread (the runs' book is the loop's alone)."""
+
+    async def call() -> Any:
+        return function(*args)
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=10)
 
 
 def _later(job_id: str, countdown: float) -> None:

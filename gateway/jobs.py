@@ -2,7 +2,7 @@
 
 A request of a class whose overload action is ``defer`` (background, batch) that carries
 ``Prefer: respond-async`` (RFC 7240) is stored as a job and answered ``202 Accepted`` with
-``Location: /v1/jobs/{id}``. A Celery task (``gateway/job_runner.py``) runs it through the same
+``Location: /v1/jobs/{id}``. A Celery worker (``gateway/job_runner.py``) runs it through the same
 pipeline as a synchronous request — the fair queue, dispatch, retries within the class's budget,
 reconciliation — trying again while capacity is short, until the class's deadline. The answer,
 or the error envelope, is stored on the job: ``GET /v1/jobs/{id}``.
@@ -102,8 +102,10 @@ def job_lease(job_id: str, now: dt.datetime) -> Job | None:
     return Job.objects.get(pk=job_id) if taken else None
 
 
-def job_lease_extend(job_id: str, now: dt.datetime) -> None:
-    Job.objects.filter(pk=job_id, status=Job.Status.RUNNING).update(lease_until=_lease_end(now))
+def job_leases_extend(job_ids: list[str], now: dt.datetime) -> None:
+    Job.objects.filter(pk__in=job_ids, status=Job.Status.RUNNING).update(
+        lease_until=_lease_end(now)
+    )
 
 
 def job_wait(job: Job, until: dt.datetime) -> None:

@@ -163,10 +163,13 @@ LEDGER_FLUSH_INTERVAL = env_float("LEDGER_FLUSH_INTERVAL", 1.0)
 # How long a gateway process gathers ledger records before appending them in one call.
 LEDGER_BATCH_SECONDS = env_float("LEDGER_BATCH_SECONDS", 0.05)
 LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
-# Deferred jobs (gateway/jobs.py): one run waits for capacity this long (s) before the job goes
-# back in line; a run's lease, renewed while it runs, outlives a dead worker by at most this
-# long; the resume task looks for lost runs and lost task messages this often.
-JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 60.0)
+# Deferred jobs (gateway/jobs.py, job_runner.py): one run waits in the fair queue this long (s)
+# before the job goes back in line; a worker process holds this many runs at once, a tenant at
+# most this share of them; a run's lease, renewed while it runs, outlives a dead worker by at
+# most this long; the resume task looks for lost runs and lost task messages this often.
+JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 600.0)
+JOB_CONCURRENCY = env_int("JOB_CONCURRENCY", 200)
+JOB_TENANT_SHARE = env_float("JOB_TENANT_SHARE", 0.25)
 JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 90.0)
 JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 30.0)
 # A finished job (its request and answer) is deleted this long after it finished (s).
