@@ -5,6 +5,7 @@ queue. Bounded in time: each test runs a few seconds at most."""
 from __future__ import annotations
 
 import asyncio
+import math
 import multiprocessing
 import statistics
 import time
@@ -131,7 +132,10 @@ def test_it_admits_or_refuses_a_burst_by_each_deadline_and_never_beyond_capacity
             assert r.retry_at >= r.at and r.queue_id, r
         elapsed = max(g.created_at for g in grants) - start
         assert 100 * len(grants) <= 1000 + 1000 * elapsed + 1e-6  # capacity + refill
-        assert len(grants) >= 10 + 3 - 1  # and the refill was handed out
+        # And the refill was handed out: 100 tokens every 0.1 s over the first deadlines
+        # (0.3 s), less what a stalled event loop (lag) let pass unpumped.
+        refills = max(1, 3 - math.ceil(lag / 0.1))
+        assert len(grants) >= 10 + refills - 1, (len(grants), lag)
         assert await q.waiting() == 0
         await q.close()
 
