@@ -8,6 +8,7 @@
     ├── IdempotencyConflict           409 idempotency_conflict — that key's request is in flight,
     │                                     or its answer cannot be replayed (a stream)
     ├── IdempotencyKeyReused          422 idempotency_key_reused — that key came with another body
+    ├── JobNotCancellable             409 job_not_cancellable — the job runs or has finished
     ├── BodyTooLarge                  413 request_too_large
     ├── AuthenticationFailed          401 invalid_api_key — unknown, revoked and expired alike
     ├── PermissionDenied              403 model_not_allowed — the key may not use this model
@@ -121,6 +122,14 @@ class IdempotencyKeyReused(GatewayError):
     status = 422
     type = "invalid_request_error"
     code = "idempotency_key_reused"
+
+
+class JobNotCancellable(GatewayError):
+    """DELETE /v1/jobs/{id} of a job a worker runs or that has finished."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "job_not_cancellable"
 
 
 class CapacityRefused(GatewayError):

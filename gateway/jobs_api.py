@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import jobs
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import JobNotCancellable, NotFound
 from gateway.models import Job
 from tenants.authentication import principal_of
 
@@ -27,17 +27,11 @@ class JobDetail(APIView):
     def delete(self, request: Request, job_id: str) -> Response:
         """Cancel a job that is waiting; one that runs or has finished stays as it is."""
         job = _own_job(request, job_id)
-        if not jobs.job_cancel(job, timezone.now()):
-            job.refresh_from_db()
-            raise JobNotCancellable(f"Job {job.id} is {job.status}; only a queued job cancels.")
+        cancelled = jobs.job_cancel(job, timezone.now())
         job.refresh_from_db()
+        if not cancelled:
+            raise JobNotCancellable(f"Job {job.id} is {job.status}; only a queued job cancels.")
         return Response(jobs.job_data(job))
-
-
-class JobNotCancellable(GatewayError):
-    status = 409
-    type = "invalid_request_error"
-    code = "job_not_cancellable"
 
 
 def _own_job(request: Request, job_id: str) -> Job:

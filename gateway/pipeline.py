@@ -49,7 +49,7 @@ from gateway.streaming import StreamEnd, relay
 from gateway.validation import chat_request_parse
 from quotas.broker import Broker, actual_usage, broker_get, demand_usage
 from quotas.core.estimate import input_tokens_heuristic, requested_max_output
-from quotas.core.retry import Failure, Next, RetryDecision, retry_decide
+from quotas.core.retry import Failure, Next, retry_decide
 from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
 from routing.core.overrides import model_suffix_split, provider_preferences_parse
@@ -286,11 +286,10 @@ def _model(
 
 
 def _workload(snapshot: Snapshot, call: Call, request: HttpRequest) -> Workload:
-    """The app's workload class; a request may name another, but only a lighter one."""
-    assert call.principal is not None
+    """The request's workload class: the app's (set on the call by ``_model``), or a lighter
+    one that the request names."""
     workloads = snapshot.quotas.workloads
-    default = workloads.get(call.principal.workload, DEFAULT_WORKLOAD)
-    call.workload = default  # what a refusal of the asked class reports (H1)
+    default = call.workload
     asked = request.headers.get(WORKLOAD_HEADER)
     if asked and asked != default.name:
         chosen = workloads.get(asked)
@@ -448,12 +447,9 @@ async def _serve(
             fallback_allowed=model.allow_fallbacks,
             endpoints_left=len(candidates) - 1,
             rng=rng,
+            breaker_open=admitted.endpoint.key in call.broken,
         )
         call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
-        if decision.next is Next.SAME_ENDPOINT and admitted.endpoint.key in call.broken:
-            # Its breaker is open: it was tried as the only way left, and failed as expected.
-            # Trying it again would only add load to a provider already in trouble (G7, F2).
-            decision = RetryDecision(Next.GIVE_UP, reason="breaker_open")
         if decision.next is Next.GIVE_UP:
             attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
             raise attempt.error

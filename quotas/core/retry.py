@@ -56,8 +56,13 @@ def retry_decide(
     fallback_allowed: bool,
     endpoints_left: int,
     rng: random.Random,
+    breaker_open: bool = False,
 ) -> RetryDecision:
-    """Decide the next step after a failed attempt; ``endpoints_left`` excludes the failed one."""
+    """Decide the next step after a failed attempt; ``endpoints_left`` excludes the failed one.
+
+    ``breaker_open``: the failed endpoint was planned behind an open breaker (G7), as the only
+    way left; it failed as expected, and trying it again only loads a provider in trouble.
+    """
     if failure in (Failure.POLICY, Failure.REQUEST_ERROR):
         # A policy refusal is the endpoint's, not the request's: another provider may serve it.
         if failure is Failure.POLICY and fallback_allowed and endpoints_left > 0:
@@ -75,4 +80,6 @@ def retry_decide(
         delay = max(delay, retry_after)
     if now + delay + expected_attempt_seconds > deadline:
         return RetryDecision(Next.GIVE_UP, reason="deadline")
+    if breaker_open:
+        return RetryDecision(Next.GIVE_UP, reason="breaker_open")
     return RetryDecision(Next.SAME_ENDPOINT, delay=delay)

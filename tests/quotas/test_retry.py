@@ -68,3 +68,12 @@ def test_it_gives_up_when_the_retry_cannot_finish_before_the_deadline():
 def test_it_jitters_backoff_within_the_exponential_envelope(retry_number, seed):
     delay = backoff_delay(retry_number, random.Random(seed))
     assert 0.0 <= delay <= min(BACKOFF_CAP, 0.25 * 2**retry_number)
+
+
+def test_it_gives_up_instead_of_retrying_an_endpoint_behind_an_open_breaker():
+    assert decide(Failure.OVERLOAD, breaker_open=True).reason == "breaker_open"
+    # Another endpoint is still tried; the budget and the deadline speak first.
+    moved = decide(Failure.OVERLOAD, breaker_open=True, fallback_allowed=True, endpoints_left=1)
+    assert moved.next is Next.NEXT_ENDPOINT
+    spent = decide(Failure.OVERLOAD, breaker_open=True, retries_used=2)
+    assert spent.reason == "budget_exhausted"
