@@ -56,6 +56,18 @@ def breaker_open(
     return opened
 
 
+def half_open_share(since_closed: float, start: float, params: RoutingParameters) -> float:
+    """G7 half-open: the most an endpoint whose breaker closed ``since_closed`` seconds ago may
+    take. It grows from ``start`` to everything over a fast half-life (the breaker's probation),
+    so an endpoint still failing meets a few trial requests before a failure reopens the breaker,
+    not its old share of the traffic: that burst grows with the traffic, and at 35 % errors it
+    was most of what an incident sent to the endpoint (tests/e2e/test_routing_incident.py)."""
+    ramp = since_closed / params.fast_half_life_s
+    if ramp >= 1.0:
+        return 1.0
+    return start + (1.0 - start) * max(ramp, 0.0)
+
+
 def quality_flagged(bad_rates: list[float], params: RoutingParameters) -> list[bool]:
     """G8: endpoints whose bad-output rate is far above their peers' get probe traffic only."""
     return far_above_peers(bad_rates, params.quality_flag_ratio, params.quality_flag_margin)

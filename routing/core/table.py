@@ -13,7 +13,13 @@ from collections.abc import Mapping
 
 from routing.core.catalogue import PER_MILLION, EndpointConfig, ModelConfig
 from routing.core.cost import attempt_coefficients, attempts_per_good_answer, time_value
-from routing.core.guards import backoff_multiplier, breaker_open, cap_share, quality_flagged
+from routing.core.guards import (
+    backoff_multiplier,
+    breaker_open,
+    cap_share,
+    half_open_share,
+    quality_flagged,
+)
 from routing.core.parameters import RoutingParameters
 from routing.core.stats import (
     EndpointEstimate,
@@ -147,7 +153,7 @@ def _guards_fill(table: ModelTable, demoted: list[str]) -> None:
     expected = figures.fault_rate + figures.rate_limited_rate
     table.demoted = demoted
     table.multiplier, table.lower, table.upper = [], [], []
-    for est, why in zip(estimates, demoted, strict=True):
+    for est, why, closed_at in zip(estimates, demoted, table.breaker_closed_at, strict=True):
         if why:
             table.multiplier.append(0.0)
             table.lower.append(p.probe_share)
@@ -155,7 +161,8 @@ def _guards_fill(table: ModelTable, demoted: list[str]) -> None:
         else:
             table.multiplier.append(backoff_multiplier(est.backoff_failure_rate, expected, p))
             table.lower.append(floor)
-            table.upper.append(max(floor, cap_share(est.cap_rps, model_rate)))
+            half_open = half_open_share(table.built_at - closed_at, max(floor, p.probe_share), p)
+            table.upper.append(max(floor, min(cap_share(est.cap_rps, model_rate), half_open)))
 
 
 def table_build(

@@ -54,6 +54,26 @@ def test_it_closes_a_breaker_when_probes_answer_well_and_reopens_at_the_next_fai
     assert router.table("m", t + 1.0).demoted[0] == "breaker"
 
 
+def test_it_gives_a_closed_breakers_endpoint_its_share_back_over_a_fast_half_life():
+    router, t = router_with_open_breaker()
+    for _ in range(30):  # probes answer well until the breaker closes
+        t += 1.0
+        router.observe(A.id, GOOD, t)
+        if router.table("m", t).demoted[0] == "":
+            break
+    closed = router.table("m", t)
+    assert closed.demoted[0] == "" and closed.breaker_closed_at[0] == t
+    # Half-open: from the floor, not its old third at once (a still failing endpoint would meet
+    # a third of the traffic until the next table noticed; at 1,000 requests/s, hundreds).
+    bounds = [router.table("m", t + f * P.fast_half_life_s).upper[0] for f in (0, 0.25, 0.5)]
+    assert bounds[0] == P.floor_share
+    assert bounds[0] < bounds[1] < bounds[2] < 0.6
+    assert router.table("m", t + P.fast_half_life_s).upper[0] == 1.0
+    rng = random.Random(5)
+    first = [router.plan(RoutingRequest("m"), t, rng).attempts[0].provider for _ in range(3000)]
+    assert first.count("a") < 3000 * 3 * P.floor_share
+
+
 def test_it_tries_an_endpoint_again_within_five_minutes_however_busy_it_was():
     # G11: back after recovery. The breaker's hold fades with the recent (backoff) window:
     # judged by the fast window, a hundred times the traffic held it 309 s instead of 110 s.
