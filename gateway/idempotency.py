@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import hashlib
 from contextlib import suppress
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from gateway import redis as sy_redis
@@ -40,9 +43,17 @@ _UNREPLAYED_HEADERS = frozenset(
 )
 
 _LUA = Path(__file__).parent / "lua"
-_CLAIM_LUA = (_LUA / "idempotency_claim.lua").read_text()
-_REMEMBER_LUA = (_LUA / "idempotency_remember.lua").read_text()
-_RELEASE_LUA = (_LUA / "idempotency_release.lua").read_text()
+
+
+async def _run(name: str, key: str, *args: str | int | bytes) -> Any:
+    """Run a script by its digest (EVALSHA; loaded again if Redis lost it), not its source."""
+    client = sy_redis.async_client()
+    return await _script(name)(keys=[key], args=args, client=client)
+
+
+@cache
+def _script(name: str) -> AsyncScript:
+    return sy_redis.async_client().register_script((_LUA / f"idempotency_{name}.lua").read_text())
 
 
 def request_key(request: HttpRequest) -> str:
@@ -76,14 +87,7 @@ async def claim(call: Call, body_digest: str) -> HttpResponse | None:
     """
     if not call.idempotency_key:
         return None
-    reply = await sy_redis.async_client().eval(
-        _CLAIM_LUA,
-        1,
-        _key(call),
-        call.id,
-        body_digest,
-        settings.IDEMPOTENCY_TTL_SECONDS,
-    )
+    reply = await _run("claim", _key(call), call.id, body_digest, settings.IDEMPOTENCY_TTL_SECONDS)
     if int(reply[0]) == 1:
         return None
     owner, digest, state, status, headers = (_text(value) for value in reply[1:6])
@@ -126,9 +130,8 @@ async def remember(call: Call, status: int, content: bytes, headers: dict[str, s
     kept = {k: v for k, v in headers.items() if k.lower() not in _UNREPLAYED_HEADERS}
     # A failure here leaves the claim pending: repeats meet 409 until its TTL, never a resend.
     with suppress(RedisError):
-        await sy_redis.async_client().eval(
-            _REMEMBER_LUA,
-            1,
+        await _run(
+            "remember",
             _key(call),
             call.id,
             state,
@@ -145,7 +148,7 @@ async def release(call: Call) -> None:
     if not call.idempotency_key or call.principal is None:
         return
     with suppress(RedisError):  # a claim that cannot be given back now expires with its TTL
-        await sy_redis.async_client().eval(_RELEASE_LUA, 1, _key(call), call.id)
+        await _run("release", _key(call), call.id)
 
 
 def _replay(status: int, content: bytes, headers_json: str) -> HttpResponse:

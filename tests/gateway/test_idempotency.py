@@ -130,6 +130,19 @@ def test_it_lets_a_request_without_a_key_through_without_touching_redis(run: Any
     assert not list(gateway_redis.sync_client().scan_iter(match=f"{gateway_redis.key('*')}"))
 
 
+def test_it_keeps_working_after_redis_forgets_its_scripts(run: Any) -> None:
+    first, repeat = call(), call()
+
+    async def scenario() -> Any:
+        await idempotency.claim(first, BODY)
+        await gateway_redis.async_client().script_flush()  # as after a Redis restart
+        await idempotency.remember(first, 200, ANSWER, {})
+        return await idempotency.claim(repeat, BODY)
+
+    replay = run(scenario())
+    assert replay.status_code == 200 and replay.content == ANSWER
+
+
 def test_it_refuses_a_repeat_while_the_first_is_in_flight_naming_it(run: Any) -> None:
     first, repeat = call(), call()
 
