@@ -67,6 +67,11 @@ class RoutingParameters:
     # fades and it retries after several backoff half-lives — not as soon as the evidence is
     # too thin to reopen it, nor, for a busy endpoint, only after the fast window forgets.
     breaker_hold_prior: float = 1.0
+    # A breaker that reopens in its half-open spell fades that much slower the next time: the
+    # hold's half-life doubles per consecutive trip, up to this factor (as Envoy's ejection time
+    # grows with consecutive ejections). A long incident then meets fewer and fewer re-tests,
+    # and an endpoint is still tried again within 5 minutes after it recovers (G11).
+    breaker_trip_factor_max: float = 4.0
     quality_flag_ratio: float = 3.0
     quality_flag_margin: float = 0.05
 

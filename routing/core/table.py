@@ -39,6 +39,7 @@ class ModelTable:
     __slots__ = (
         "all_supports",
         "breaker_closed_at",
+        "breaker_trips",
         "built_at",
         "coef_const",
         "coef_in",
@@ -93,6 +94,7 @@ class ModelTable:
         self.multiplier: list[float] = []  # backoff; 0 = breaker open or flagged
         self.demoted: list[str] = []  # "" or "breaker" / "flagged"
         self.breaker_closed_at: list[float] = []  # when each breaker last closed (-inf: never)
+        self.breaker_trips: list[int] = []  # consecutive openings, each in the last's half-open
         self.lower: list[float] = []  # floor or probe share
         self.upper: list[float] = []  # cap bound
         self.legacy_outage: list[bool] = []  # for the price-only router
@@ -113,6 +115,7 @@ class ModelTable:
         )
         other.inv_plain, other.inv_checked = self.inv_plain, self.inv_checked
         other.breaker_closed_at, other.legacy_outage = self.breaker_closed_at, self.legacy_outage
+        other.breaker_trips = self.breaker_trips
         return other
 
     def price_per_token(self, i: int) -> tuple[float, float]:
@@ -126,12 +129,15 @@ class ModelTable:
 
 
 def _held_fault_rate(
-    state: State, figures: ModelFigures, now: float, params: RoutingParameters
+    state: State, figures: ModelFigures, now: float, params: RoutingParameters, trips: int
 ) -> float:
     """The recent fault rate with ``breaker_hold_prior`` pseudo-attempts: what keeps a breaker
     open. Recent: over the backoff window, so that how long a breaker holds after its endpoint
-    recovered grows little with how busy the endpoint was before (G11)."""
-    d = decay_factor(now - state.get("t", now), params.backoff_half_life_s)
+    recovered grows little with how busy the endpoint was before (G11). Since the last news it
+    fades slower after each consecutive trip (``breaker_trip_factor_max``); news — a probe's
+    answers — counts as it comes."""
+    factor = min(2.0 ** max(trips - 1, 0), params.breaker_trip_factor_max)
+    d = decay_factor(now - state.get("t", now), params.backoff_half_life_s * factor)
     limited = state.get("brl", 0.0)
     answered = max(state.get("bn", 0.0) - limited, 0.0) * d
     faults = max(state.get("bf", 0.0) - limited, 0.0) * d
@@ -139,6 +145,18 @@ def _held_fault_rate(
     if answered + weight <= 0.0:
         return figures.fault_rate
     return (faults + weight * figures.fault_rate) / (answered + weight)
+
+
+def _trips(
+    trips: int, was_open: bool, is_open: bool, since_closed: float, params: RoutingParameters
+) -> int:
+    """Consecutive trips of a breaker: one more when it opens within the half-open spell after
+    the last (the endpoint still fails), none once it has stayed closed through that spell."""
+    if is_open and not was_open:
+        return trips + 1 if since_closed < params.fast_half_life_s else 1
+    if not is_open and since_closed >= params.fast_half_life_s:
+        return 0
+    return trips
 
 
 def _guards_fill(table: ModelTable, demoted: list[str]) -> None:
@@ -198,19 +216,24 @@ def table_build(
     # after it closed reopens it before the endpoint's full share is back on it.
     was_open = [False] * len(eps)
     closed_at = [-math.inf] * len(eps)
+    trips = [0] * len(eps)
     probation = held = None
     if previous is not None and [e.id for e in previous.endpoints] == [e.id for e in eps]:
         was_open = [d == "breaker" for d in previous.demoted]
-        closed_at = previous.breaker_closed_at
+        closed_at, trips = previous.breaker_closed_at, previous.breaker_trips
         probation = [
             was_open[i] or now - closed_at[i] < p.fast_half_life_s for i in range(len(eps))
         ]
-        held = [_held_fault_rate(s, figures, now, p) for s in raw]
+        held = [_held_fault_rate(s, figures, now, p, trips[i]) for i, s in enumerate(raw)]
     breaker = breaker_open(
         [est.fault_rate for est in estimates], p, probation=probation, held_rates=held
     )
     table.breaker_closed_at = [
         now if was_open[i] and not breaker[i] else closed_at[i] for i in range(len(eps))
+    ]
+    table.breaker_trips = [
+        _trips(trips[i], was_open[i], breaker[i], now - table.breaker_closed_at[i], p)
+        for i in range(len(eps))
     ]
     flagged = quality_flagged([est.bad_output_rate for est in estimates], p)
     demoted = [

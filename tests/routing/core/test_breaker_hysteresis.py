@@ -74,6 +74,24 @@ def test_it_gives_a_closed_breakers_endpoint_its_share_back_over_a_fast_half_lif
     assert first.count("a") < 3000 * 3 * P.floor_share
 
 
+def test_it_waits_longer_before_each_retry_while_the_endpoint_keeps_failing():
+    router, t = router_with_open_breaker()
+    waits = []
+    for _ in range(4):
+        opened = t
+        while router.table("m", t).demoted[0] == "breaker":
+            t += 0.5
+        waits.append(t - opened)
+        router.observe(A.id, FAULT, t)  # the re-test meets the incident: the breaker reopens
+        t += 1.0
+        assert router.table("m", t).demoted[0] == "breaker"
+    # Each trip in the last one's half-open spell doubles the hold's half-life, up to 4×: a long
+    # incident meets fewer and fewer re-tests, yet one comes within 5 minutes.
+    assert waits[0] < waits[1] < waits[2] and abs(waits[3] - waits[2]) <= 2.0, waits
+    assert waits[2] > 2 * waits[0] and max(waits) <= 300, waits
+    assert router.table("m", t).breaker_trips[0] == 5
+
+
 def test_it_tries_an_endpoint_again_within_five_minutes_however_busy_it_was():
     # G11: back after recovery. The breaker's hold fades with the recent (backoff) window:
     # judged by the fast window, a hundred times the traffic held it 309 s instead of 110 s.
