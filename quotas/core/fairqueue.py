@@ -1,7 +1,7 @@
 """The broker's fair queue (SPEC D2, E1, E2, E4, E6): words, virtual-time tags and fairness math.
 
-One queue per shared pool; inside it one FIFO flow per tenant. The pump serves flows in
-start-time fair queuing order (Goyal et al., SFQ): a flow's head carries the start tag
+One queue per shared pool; inside it one flow per tenant (and workload class). The pump serves
+flows in start-time fair queuing order (Goyal et al., SFQ): a flow's head carries the start tag
 
     S = max(finish[flow], V − burst / weight)
 
@@ -11,12 +11,21 @@ Tags are computed lazily, when an entry becomes its flow's head (as Kubernetes A
 waiter that leaves early never inflates the tags of those behind it; ``burst / weight`` is how
 far a returning (or own-limit-held) flow may lag V — its burst credit, in tokens.
 
+Inside a flow, waiters wait in FIFO lanes, one per holder of their own limits (``lane_of``:
+an app, a key): the flow's head is the first waiter of the first lane of its ring of lanes not
+parked, and a lane goes to the back of the ring when its head is granted or leaves (round
+robin among a tenant's apps). A lane whose head only its own limits hold is parked until they
+fit, and the next lane's first waiter becomes the flow's head: one app held by its own limit
+does not hold back the others of its tenant, and a flow still has one head, so a tenant with
+many apps gets no more of the pool than a tenant with one.
+
 The in-memory twin of the queue is ``quotas.core.queuebook.QueueBook``; the Redis one is
 ``quotas/store/lua/queue_*.lua``. Both follow the same steps with the same floats.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,10 +47,10 @@ from quotas.core.model import (
 # inside one Redis script, so its work is bounded to keep Redis responsive.
 MAX_VISITS = 32  # flow heads looked at
 MAX_GRANTS = 16  # grants handed out
-UNPARK_LIMIT = 64  # flows parked on their own limit that rejoin per call
+UNPARK_LIMIT = 64  # lanes parked on their own limit that rejoin per call
 SWEEP_LIMIT = 16  # expired waiters dropped per call (their own process normally removes them)
 EARLY_LIMIT = 16  # waiters told early that their deadline cannot be met
-DRAIN_SCAN = 64  # waiters ahead in a newcomer's own flow counted by ``drain_floor``
+DRAIN_SCAN = 64  # waiters ahead in a newcomer's own lane counted by ``drain_floor``
 # A waiter ahead counts as served if it fits this long before its deadline (a pump never
 # grants at the deadline, and a fit time is one TICK late). Not the wake-up jitter (≤ 0.25 s):
 # a waiter that misses its deadline by it holds back those behind it, whose deadlines come
@@ -184,15 +193,15 @@ def drain_floor(
     levels: Sequence[tuple[float, float]],
     now: float,
 ) -> tuple[float, int]:
-    """A lower bound on when a newcomer fits, given the waiters ahead of it in its own flow (E6).
+    """A lower bound on when a newcomer fits, given the waiters ahead of it in its own lane (E6).
 
     ``levels`` are the available amount and refill per second of the pool's drained buckets;
     ``ahead`` the deadline and amounts (in those buckets) of each waiter ahead, in order;
-    ``own`` the newcomer's amounts. A flow is FIFO, so everyone ahead is served or leaves
+    ``own`` the newcomer's amounts. A lane is FIFO, so everyone ahead is served or leaves
     before the newcomer; one that cannot fit ``DRAIN_MARGIN`` before its own deadline may leave
-    without taking anything, so it is not counted. Other flows only delay the newcomer, and
-    these buckets keep what a request takes. Cancellations and failed attempts (released) are
-    the exceptions, and rare. Returns (time, index of the binding bucket, or -1).
+    without taking anything, so it is not counted. Other lanes and flows only delay the
+    newcomer, and these buckets keep what a request takes. Cancellations and failed attempts
+    (released) are the exceptions, and rare. Returns (time, index of the binding bucket, or -1).
     """
     # Written out for speed (a newcomer reads up to DRAIN_SCAN waiters); the Lua twin compares
     # each waiter's latest fit time with its deadline, which gives the same answers.
@@ -225,7 +234,7 @@ class Side(IntEnum):
     SHARED = 0  # shared with some other flows (partner, model route): heads with a later tag
     #             that need it wait this round, so a large request is not starved by small ones
     POOL = 1  # the pool's own: nobody fits before the head does, so the pump stops
-    OWN = 2  # the flow's alone: the flow is parked (not backlogged) until the bucket fits
+    OWN = 2  # the flow's alone: its lane is parked (not backlogged) until the bucket fits
 
 
 # Scope kinds (SPEC A1) whose buckets belong to one tenant's flow alone.
@@ -242,6 +251,22 @@ def bucket_sides(buckets: Sequence[BucketSpec], pool: str) -> tuple[Side, ...]:
         else Side.SHARED
         for spec in buckets
     )
+
+
+def lane_of(buckets: Sequence[BucketSpec], sides: Sequence[Side]) -> str:
+    """A waiter's lane in its flow: who holds it by its own limits (its ``Side.OWN`` buckets,
+    as a short hash; '' when it has none). Waiters with the same own buckets share a lane."""
+    own = sorted(
+        f"{b.scope}\x1f{b.name}" for b, side in zip(buckets, sides, strict=True) if side is Side.OWN
+    )
+    if not own:
+        return ""
+    return hashlib.blake2b("\x1e".join(own).encode(), digest_size=8).hexdigest()
+
+
+def lane_key(flow: str, lane: str) -> str:
+    """A lane's name in its pool's queue (the Lua's too: its list key and its parked member)."""
+    return f"{flow}\x1f{lane}"
 
 
 def jain_index(values: Sequence[float]) -> float:

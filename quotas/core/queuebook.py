@@ -36,6 +36,8 @@ from quotas.core.fairqueue import (
     drained,
     earliest_admission,
     finish_tag,
+    lane_key,
+    lane_of,
     request_cost,
     start_tag,
     unreachable,
@@ -60,11 +62,11 @@ VERDICTS_KEPT = 4096
 SIDES_KEPT = 4096
 # Mailboxes' alive marks are pruned of expired ones once they are more than this many.
 ALIVE_KEPT = 1024
-# (pool, id of a bucket tuple) → (that tuple, its sides): see ``QueueBook._sides``.
-SidesKept = dict[tuple[str, int], tuple[tuple[BucketSpec, ...], tuple[Side, ...]]]
+# (pool, id of a bucket tuple) → (that tuple, its sides, its lane): see ``QueueBook._sides``.
+SidesKept = dict[tuple[str, int], tuple[tuple[BucketSpec, ...], tuple[Side, ...], str]]
 
 
-# Compared by identity: a pool holds one entry per reservation id, so ``flow.remove(entry)``
+# Compared by identity: a pool holds one entry per reservation id, so ``lane.remove(entry)``
 # finds the same object without comparing every field of every waiter before it.
 @dataclass(slots=True, eq=False)
 class Entry:
@@ -82,6 +84,7 @@ class Entry:
     # ``demand_parts(buckets, demand)``, and the rules below: made once, while the pump may try
     # a waiter many times.
     parts: list[tuple[BucketSpec, float]]
+    lane: str  # ``fairqueue.lane_of``: the holder of its own limits
     _rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
     _pool_rules: dict[str, Rule] | None = field(default=None, init=False, repr=False)
     _drained: tuple[tuple[BucketSpec, ...], list[float]] | None = field(
@@ -116,18 +119,33 @@ class Entry:
 
 
 @dataclass(slots=True)
+class Flow:
+    """One flow's waiters in FIFO lanes (``fairqueue.lane_of``), and the ring of its lanes not
+    parked: the first waiter of the ring's first lane is the flow's head."""
+
+    lanes: dict[str, deque[Entry]] = field(default_factory=dict)  # non-empty lanes only
+    ring: deque[str] = field(default_factory=deque)  # round robin; a parked lane is out of it
+    size: int = 0  # waiters in all its lanes
+
+    def __len__(self) -> int:
+        return self.size
+
+
+@dataclass(slots=True)
 class PoolQueue:
-    """One pool's queue: virtual time, per-flow finish tags, FIFO flows and their heads."""
+    """One pool's queue: virtual time, per-flow finish tags, flows of FIFO lanes, their heads."""
 
     v: float = 0.0
     next_fit: float = 0.0
     finish: dict[str, float] = field(default_factory=dict)
-    flows: dict[str, deque[Entry]] = field(default_factory=dict)
+    flows: dict[str, Flow] = field(default_factory=dict)
     heads: list[tuple[float, str]] = field(default_factory=list)  # sorted (start tag, id)
     head_of: dict[str, float] = field(default_factory=dict)  # head id → start tag
     entries: dict[str, Entry] = field(default_factory=dict)
     deadlines: list[tuple[float, str]] = field(default_factory=list)  # heap, lazily cleaned
-    parked: dict[str, float] = field(default_factory=dict)  # flow held by its own limit → until
+    # ``lane_key(flow, lane)`` of a lane held by its own limit → until (an emptied lane's stays
+    # until due or until the lane starts afresh)
+    parked: dict[str, float] = field(default_factory=dict)
     verdicts: dict[str, tuple[Verdict, float]] = field(default_factory=dict)  # id → (v, until)
     verdicts_prune_at: int = VERDICTS_KEPT  # prune when ``verdicts`` grows past this
 
@@ -158,19 +176,21 @@ class QueueBook:
             pq = self.pools[pool] = PoolQueue()
         return pq
 
-    def _sides(self, buckets: Sequence[BucketSpec], pool: str) -> tuple[Side, ...]:
-        """``bucket_sides``, remembered per bucket tuple: a route's tuple comes with every
-        request, and working the sides out again for each was a noticeable cost."""
+    def _sides(self, buckets: Sequence[BucketSpec], pool: str) -> tuple[tuple[Side, ...], str]:
+        """``bucket_sides`` and ``lane_of``, remembered per bucket tuple: a route's tuple comes
+        with every request, and working the sides out again for each was a noticeable cost."""
         if not isinstance(buckets, tuple):  # a list may change: nothing to remember it by
-            return bucket_sides(buckets, pool)
+            sides = bucket_sides(buckets, pool)
+            return sides, lane_of(buckets, sides)
         key = (pool, id(buckets))
         kept = self._sides_kept.get(key)
         if kept is None or kept[0] is not buckets:  # held, so its id is not reused meanwhile
-            kept = (buckets, bucket_sides(buckets, pool))
+            sides = bucket_sides(buckets, pool)
+            kept = (buckets, sides, lane_of(buckets, sides))
             if len(self._sides_kept) >= SIDES_KEPT:
                 self._sides_kept.clear()
             self._sides_kept[key] = kept
-        return kept[1]
+        return kept[1], kept[2]
 
     def take_mail(self, mailbox: str) -> list[tuple[str, Verdict]]:
         """The verdicts the pump pushed for ``mailbox``'s waiters, oldest first."""
@@ -222,12 +242,13 @@ class QueueBook:
                 return QueueRefusal(reservation_id, now, Reason.UNSATISFIABLE, spec.name, INF)
         if deadline <= now:
             return QueueRefusal(reservation_id, now, QueueReason.DEADLINE, "", now, reservation_id)
+        sides, lane = self._sides(buckets, pool)
         entry = Entry(
             reservation_id,
             flow,
             tuple(buckets),
             demand,
-            self._sides(buckets, pool),
+            sides,
             float(weight),
             request_cost(demand),
             float(burst),
@@ -235,6 +256,7 @@ class QueueBook:
             float(lease_seconds),
             mailbox,
             parts,
+            lane,
         )
         no_wait = max_depth <= 0 or flow_depth <= 0
         if not pq.entries:
@@ -274,7 +296,7 @@ class QueueBook:
                     return QueueRefusal(
                         reservation_id, now, QueueReason.QUEUE_FULL, "", hint, reservation_id
                     )
-                victim = pq.flows[longest][-1]
+                victim = self._newest(pq.flows[longest])
                 self._drop(pq, victim, self._refuse(pq, victim, QueueReason.QUEUE_FULL, now), now)
         self._join(pq, entry, now)
         pumped, mine = self._pump(pq, now, reservation_id)
@@ -293,11 +315,12 @@ class QueueBook:
         return Queued(reservation_id, now, reservation_id, pumped.next_fit)
 
     def _drain_refusal(self, pq: PoolQueue, entry: Entry, now: float) -> QueueRefusal | None:
-        """E6: refuse a newcomer now when the waiters ahead of it in its own flow will use up
-        the pool's refill before its deadline (``drain_floor``), instead of at the deadline."""
+        """E6: refuse a newcomer now when the waiters ahead of it in its own lane will use up
+        the pool's refill before its deadline (``drain_floor``), instead of at the deadline.
+        (Those in the flow's other lanes may go before or after it: they are not counted.)"""
         specs, own = entry.drained()
-        flow = pq.flows[entry.flow]
-        if not specs or len(flow) < 2:
+        lane = pq.flows[entry.flow].lanes[entry.lane]
+        if not specs or len(lane) < 2:
             return None
 
         def amounts(waiter: Entry) -> list[float]:
@@ -307,9 +330,9 @@ class QueueBook:
             taken = dict(zip((spec.name for spec in theirs), asked, strict=True))
             return [taken.get(spec.name, 0.0) for spec in specs]
 
-        # The newcomer is its flow's last; at most DRAIN_SCAN of those before it are read.
-        scan = min(len(flow) - 1, DRAIN_SCAN)
-        ahead = [(w.deadline, amounts(w)) for w in itertools.islice(flow, scan)]
+        # The newcomer is its lane's last; at most DRAIN_SCAN of those before it are read.
+        scan = min(len(lane) - 1, DRAIN_SCAN)
+        ahead = [(w.deadline, amounts(w)) for w in itertools.islice(lane, scan)]
         levels = self.book.refill_levels(specs, now=now)
         floor, which = drain_floor(ahead, own, levels, now)
         if floor <= entry.deadline - DRAIN_MARGIN:  # as a waiter ahead is judged
@@ -391,10 +414,18 @@ class QueueBook:
                 stopped_at = self._floor(entry, result, now, pool_only=True)
                 break
             if sides == {Side.OWN} and self._floor(entry, result, now) == result.retry_at:
-                # Held by its own limit until a known time: not backlogged till then (parked).
-                pq.parked[entry.flow] = result.retry_at
+                # Held by its own limit until a known time: its lane is not backlogged till
+                # then (parked), and the next lane of its flow puts its first waiter up.
+                pq.parked[lane_key(entry.flow, entry.lane)] = result.retry_at
                 pq.heads.pop(offset)
                 del pq.head_of[rid]
+                flow = pq.flows[entry.flow]
+                flow.ring.popleft()  # the head's lane is the ring's first
+                if flow.ring:
+                    self._set_head(pq, flow.lanes[flow.ring[0]][0])
+                # Its new head may have a tag among those already passed, and not be tried
+                # in this call: the flow is not told it is doomed behind a later head.
+                skipped.add(entry.flow)
                 continue
             blocked.update((b.scope, b.name) for b in entry.buckets if b.name in names)
             skipped.add(entry.flow)
@@ -416,15 +447,16 @@ class QueueBook:
         self, pq: PoolQueue, floor: float, skipped: set[str], now: float, newcomer: str | None
     ) -> tuple[int, Verdict | None]:
         """The pool cannot fit the line's head before ``floor``, and nobody behind the head can
-        pass it: tell those whose deadline comes first now. Flows passed over for their own
-        limits are ahead of the head and might still fit sooner: they keep waiting."""
+        pass it: tell those whose deadline comes first now. Flows passed over (or with a lane
+        parked) in this call, and lanes parked for their own limits, are ahead of the head and
+        might still fit sooner: they keep waiting."""
         if not pq.deadlines or pq.deadlines[0][0] >= floor:
             return 0, None  # every waiter's deadline is in the heap: none comes before floor
         doomed = sorted((e.deadline, rid) for rid, e in pq.entries.items() if e.deadline < floor)
         told, mine = 0, None
         for _, rid in doomed[:EARLY_LIMIT]:
             entry = pq.entries[rid]
-            if entry.flow in skipped or entry.flow in pq.parked:
+            if entry.flow in skipped or lane_key(entry.flow, entry.lane) in pq.parked:
                 continue
             refusal = QueueRefusal(rid, now, QueueReason.DEADLINE_UNREACHABLE, "", floor, rid)
             self._drop(pq, entry, refusal, now, notify=rid != newcomer)
@@ -471,23 +503,38 @@ class QueueBook:
 
     def _join(self, pq: PoolQueue, entry: Entry, now: float) -> None:
         self.keep_alive(entry.mailbox, now=now)  # its process is alive: it is entering
-        flow = pq.flows.setdefault(entry.flow, deque())
-        flow.append(entry)
+        flow = pq.flows.get(entry.flow)
+        if flow is None:
+            flow = pq.flows[entry.flow] = Flow()
+        lane = flow.lanes.get(entry.lane)
+        if lane is None:
+            lane = flow.lanes[entry.lane] = deque()
+        lane.append(entry)
+        flow.size += 1
         pq.entries[entry.reservation_id] = entry
         heapq.heappush(pq.deadlines, (entry.deadline, entry.reservation_id))
-        if len(flow) == 1:
-            pq.parked.pop(entry.flow, None)  # parked for a request that is gone: start afresh
-            self._set_head(pq, entry)
+        if len(lane) == 1:
+            # Parked for a request that is gone: start afresh, at the back of the ring.
+            pq.parked.pop(lane_key(entry.flow, entry.lane), None)
+            flow.ring.append(entry.lane)
+            if len(flow.ring) == 1:
+                self._set_head(pq, entry)
 
     def _unpark(self, pq: PoolQueue, now: float) -> None:
-        """Flows whose own limit fits again rejoin, at most their burst credit behind V."""
+        """Lanes whose own limit fits again rejoin their flow's ring, at its back; a flow that
+        had no head gets one, at most its burst credit behind V."""
         if not pq.parked:
             return
-        due = sorted((until, flow) for flow, until in pq.parked.items() if until <= now)
-        for _, flow in due[:UNPARK_LIMIT]:
-            del pq.parked[flow]
-            if flow in pq.flows:
-                self._set_head(pq, pq.flows[flow][0])
+        due = sorted((until, key) for key, until in pq.parked.items() if until <= now)
+        for _, key in due[:UNPARK_LIMIT]:
+            del pq.parked[key]
+            name, _, lane = key.rpartition("\x1f")
+            flow = pq.flows.get(name)
+            if flow is None or lane not in flow.lanes:
+                continue  # its waiters are gone
+            flow.ring.append(lane)
+            if len(flow.ring) == 1:
+                self._set_head(pq, flow.lanes[lane][0])
 
     def _set_head(self, pq: PoolQueue, entry: Entry) -> None:
         s = self._start(pq, entry)
@@ -503,19 +550,29 @@ class QueueBook:
     def _drop(
         self, pq: PoolQueue, entry: Entry, verdict: Verdict, now: float, *, notify: bool = True
     ) -> None:
-        """Take ``entry`` out of its flow (promoting the next head), keep and send its verdict."""
+        """Take ``entry`` out of its lane (the head's lane goes to the back of the ring, and the
+        ring's first lane puts up the next head), keep and send its verdict."""
         rid = entry.reservation_id
         flow = pq.flows[entry.flow]
+        lane = flow.lanes[entry.lane]
         del pq.entries[rid]
         if rid in pq.head_of:
             s = pq.head_of.pop(rid)
             pq.heads.pop(bisect.bisect_left(pq.heads, (s, rid)))
-            flow.popleft()
-            if flow:
-                self._set_head(pq, flow[0])
+            lane.popleft()
+            flow.ring.popleft()  # the head's lane is the ring's first
+            if lane:
+                flow.ring.append(entry.lane)
+            if flow.ring:
+                self._set_head(pq, flow.lanes[flow.ring[0]][0])
         else:
-            flow.remove(entry)
-        if not flow:
+            lane.remove(entry)
+            if not lane and lane_key(entry.flow, entry.lane) not in pq.parked:
+                flow.ring.remove(entry.lane)
+        if not lane:
+            del flow.lanes[entry.lane]
+        flow.size -= 1
+        if not flow.size:
             del pq.flows[entry.flow]
         pq.verdicts[rid] = (verdict, now + entry.lease + VERDICT_SECONDS)
         if notify:
@@ -549,8 +606,15 @@ class QueueBook:
     @staticmethod
     def _longest(pq: PoolQueue) -> tuple[str, int]:
         # Ties go to the greatest flow name, as Redis's ZREVRANGE orders them.
-        size, name = max((len(q), name) for name, q in pq.flows.items())
+        size, name = max((q.size, name) for name, q in pq.flows.items())
         return name, size
+
+    @staticmethod
+    def _newest(flow: Flow) -> Entry:
+        """Whom a full queue evicts from a flow: the newest waiter of its longest lane (its
+        busiest app's), not a quieter app's. Ties go to the greatest lane, as the Lua's do."""
+        _, lane = max((len(q), name) for name, q in flow.lanes.items())
+        return flow.lanes[lane][-1]
 
     @staticmethod
     def _refuse(pq: PoolQueue, entry: Entry, reason: QueueReason, now: float) -> QueueRefusal:

@@ -29,6 +29,7 @@ from quotas.core.fairqueue import (
     QueueRefusal,
     Verdict,
     bucket_sides,
+    lane_of,
     request_cost,
 )
 from quotas.core.keys import record_key
@@ -160,10 +161,12 @@ class RedisQueueStore:
             limit,
             str(len(parts)),
         ]
-        for (spec, amount), side in zip(parts, bucket_sides(buckets, pool), strict=True):
+        sides = bucket_sides(buckets, pool)
+        for (spec, amount), side in zip(parts, sides, strict=True):
             blob, bkey, hkey, pkey = self.store.bucket_call(spec, at)
             keys += (bkey, hkey, pkey)
             args += (blob, repr(amount), str(int(side)))
+        args.append(lane_of(buckets, sides))
         # Registered before the call: the verdict may reach the mailbox before the reply.
         self._pending[reservation_id] = (parts, float(lease_seconds))
         try:

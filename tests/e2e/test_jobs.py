@@ -115,6 +115,7 @@ def test_it_keeps_jobs_in_line_while_capacity_is_short_not_their_connections(sta
     submitted_in = time.monotonic() - started
     time.sleep(1.0)  # bulk's later jobs now wait in the fair queue for its refill…
     other = submit(stack, key=GLOBEX_NIGHTLY_KEY)  # …and another tenant's job comes after them
+    sibling = submit(stack, key=INDEXER_KEY)  # …and a job of another app of bulk's own tenant
 
     assert [a.status_code for a in accepted] == [202] * 4
     assert submitted_in < 3.0  # the app's 2 requests per 10 s do not hold the callers
@@ -127,6 +128,11 @@ def test_it_keeps_jobs_in_line_while_capacity_is_short_not_their_connections(sta
     assert served_other["status"] == "succeeded"
     assert served_other["finished_at"] - served_other["created_at"] <= 3
     assert served_other["finished_at"] < served_at[-1]
+    # Nor does bulk's own limit hold back its tenant's other app (same flow, its own lane).
+    served_sibling = finished(stack, sibling.headers["location"], INDEXER_KEY)
+    assert served_sibling["status"] == "succeeded"
+    assert served_sibling["finished_at"] - served_sibling["created_at"] <= 3
+    assert served_sibling["finished_at"] < served_at[-1]
 
 
 def test_it_answers_a_repeated_submission_with_the_same_job(stack):

@@ -1,7 +1,7 @@
 """One contract suite for the fair queue on Redis (Lua) and its in-memory twin (QueueBook),
-on an explicit clock: fast path, fair order, skipping flows held by their own limits, deadlines,
-depth limits and eviction, wake-up on release, pauses, the waiters of a process that died —
-and both make the same decisions."""
+on an explicit clock: fast path, fair order, skipping flows held by their own limits, the apps
+of one tenant in lanes of its flow, deadlines, depth limits and eviction, wake-up on release,
+pauses, the waiters of a process that died — and both make the same decisions."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def tenant(name: str, rpm: float = 1000) -> BucketSpec:
     return BucketSpec(f"{name}-rpm", f"tenant:{name}", Dimension.REQUESTS, Rule.REFILL, rpm, 60)
 
 
+def app(name: str, rpm: float = 1000, per: float = 60) -> BucketSpec:
+    return BucketSpec(f"{name}-rpm", f"app:{name}", Dimension.REQUESTS, Rule.REFILL, rpm, per)
+
+
 def tokens(n: float) -> Usage:
     return Usage(input_tokens=n)
 
@@ -53,6 +57,7 @@ class Fixture:
     kind: str
     other: SyncStore
     now: float = T0  # the last step's time
+    beside: int = 0  # see ``_scenario``
 
     def enter(
         self, rid: str, buckets: list[BucketSpec], demand: Usage, *, via: Any = None, **kw: Any
@@ -203,6 +208,52 @@ def test_it_parks_flows_held_by_their_own_limits_so_the_others_are_not_starved(f
     for _ in range(3):  # at most 16 grants per pump call
         fq.pump(T0 + 60.01)
     assert sorted(fq.mail()) == sorted(f"y{i}" for i in range(40))
+
+
+def test_it_does_not_hold_an_app_back_behind_another_app_of_its_tenant_held_by_its_own_limit(fq):
+    bulk, acme = app("bulk", rpm=1), tenant("acme")
+    assert isinstance(fq.enter("b1", [bulk, acme, TPM], tokens(10), flow="acme"), Grant)
+    for i in range(2, 5):  # bulk's own limit holds these for a minute...
+        assert isinstance(fq.enter(f"b{i}", [bulk, acme, TPM], tokens(10), flow="acme"), Queued)
+    # ... but not the indexer, its tenant's other app (same flow): the pool has room.
+    indexer = fq.enter("i1", [app("indexer"), acme, TPM], tokens(10), flow="acme", now=T0 + 1)
+    assert isinstance(indexer, Grant) and indexer.created_at == T0 + 1
+    pumped = fq.pump(T0 + 2)
+    assert (pumped.depth, pumped.next_fit) == (3, pytest.approx(T0 + 60, abs=1e-5))
+    fq.pump(T0 + 60.01)
+    assert list(fq.mail()) == ["b2"]  # bulk's next, once its own limit lets it
+
+
+def test_it_takes_turns_among_the_apps_of_a_tenant(fq):
+    fq.enter("b0", [tenant("b"), TPM], tokens(1000))  # the pool is empty; 100 tokens/s
+    acme = tenant("acme")
+    for rid in ("x1", "x2", "x3", "y1", "y2", "z1"):
+        queued = fq.enter(rid, [app(rid[0]), acme, TPM], tokens(100), flow="acme")
+        assert isinstance(queued, Queued)
+    order = []
+    for t in range(1, 8):
+        fq.pump(T0 + t + 0.001)
+        order += list(fq.mail())
+    # Round robin among the tenant's apps, each app's requests in the order they came.
+    assert order == ["x1", "y1", "z1", "x2", "y2", "x3"]
+
+
+def test_it_evicts_the_newest_waiter_of_the_busiest_app_when_the_queue_is_full(fq):
+    fq.enter("b0", [tenant("b"), TPM], tokens(1000))
+    acme = tenant("acme")
+    for rid in ("x1", "x2", "x3", "y1"):
+        assert isinstance(
+            fq.enter(rid, [app(rid[0]), acme, TPM], tokens(100), flow="acme", max_depth=5), Queued
+        )
+    assert isinstance(fq.enter("c1", [tenant("c"), TPM], tokens(100), max_depth=5), Queued)
+    # Full: a quiet tenant's newcomer evicts from the longest flow's busiest app, not its
+    # quieter app's one request that came last.
+    assert isinstance(fq.enter("d1", [tenant("d"), TPM], tokens(100), max_depth=5), Queued)
+    evicted = fq.mail()
+    assert list(evicted) == ["x3"] and evicted["x3"].reason is QueueReason.QUEUE_FULL
+    # A flow's depth counts the waiters of all its apps.
+    full = fq.enter("w1", [app("w"), acme, TPM], tokens(100), flow="acme", flow_depth=3)
+    assert isinstance(full, QueueRefusal) and full.reason is QueueReason.FLOW_FULL
 
 
 def test_it_keeps_others_from_starving_a_large_request_on_a_shared_bucket(fq):
@@ -380,15 +431,34 @@ def test_it_marks_mailboxes_alive_for_as_long_in_lua_as_in_the_core():
 # -- the Lua and the core decide the same ------------------------------------------------
 
 
-def _scenario(fq: Fixture, seed: int, *, drain: bool = False, dies_at: int = -1) -> list[Any]:
+def _lanes_beside_a_head(fq: Fixture) -> int:
+    """(In the core) flows that have a head while another lane of theirs is parked."""
+    pq = fq.q.store.queue.pools.get(POOL)
+    if pq is None:
+        return 0
+    parked = {key.partition("\x1f")[0] for key in pq.parked}
+    return sum(1 for name, flow in pq.flows.items() if name in parked and flow.ring)
+
+
+def _scenario(
+    fq: Fixture, seed: int, *, drain: bool = False, dies_at: int = -1, lanes: bool = False
+) -> list[Any]:
     """Random steps; with ``drain``, mostly on the input-token pool, whose drain is foreseen.
     Two processes enter; from step ``dies_at`` on, the second reads, enters and leaves no more
-    (killed), and what it was told is read at the end."""
+    (killed), and what it was told is read at the end. With ``lanes``, each tenant has three
+    apps with limits of their own (most requests come from one of them), so its flow has lanes.
+    In the core, ``fq.beside`` counts the steps where a lane was parked beside a flow's head."""
     rng = random.Random(seed)
-    tenants = {name: tenant(name, rpm=rng.choice([3, 30, 1000])) for name in "abcd"}
+    rpms = [30, 1000, 1000] if lanes else [3, 30, 1000]  # with lanes: mostly the apps' limits
+    tenants = {name: tenant(name, rpm=rng.choice(rpms)) for name in "abcd"}
+    apps = {  # held for a few seconds at a time: less than most deadlines
+        name: [app(f"{name}{k}", rpm=rng.choice([1, 2, 1000]), per=10) for k in range(3)]
+        for name in ("abcd" if lanes else "")
+    }
     now, log, grants = T0, [], []
     owners: dict[str, Any] = {}
-    deadlines = [2.0, 6.0, 20.0] if drain else [0.5, 3.0, 20.0]
+    deadlines = [2.0, 6.0, 20.0] if drain else [6.0, 20.0, 20.0] if lanes else [0.5, 3.0, 20.0]
+    sizes = [10, 100, 100, 400] if lanes else [10, 100, 100, 400, 900, 2000]
     for i in range(120):
         now += rng.choice([0.0, 0.05, 0.3, 1.0])
         if i == dies_at:  # its last act: a burst of waiters, then it is killed
@@ -408,22 +478,24 @@ def _scenario(fq: Fixture, seed: int, *, drain: bool = False, dies_at: int = -1)
         via = alive[rng.randrange(2) % len(alive)]
         kind = rng.random()
         if kind < 0.55:
-            name = rng.choice("abcd")
+            name = rng.choice("ab" if lanes else "abcd")  # with lanes: longer flows
             if drain:
                 pool = ITPM if rng.random() < 0.9 else TPM
             else:
                 pool = rng.choice([TPM, SLOTS, ITPM]) if rng.random() < 0.4 else TPM
             buckets = [tenants[name], pool]
+            if lanes and rng.random() < 0.8:
+                buckets.insert(0, rng.choice(apps[name]))
             owners[f"r{i}"] = via
             result = fq.enter(
                 f"r{i}",
                 buckets,
-                tokens(rng.choice([10, 100, 100, 400, 900, 2000])),
+                tokens(rng.choice(sizes)),
                 flow=name,
                 weight=rng.choice([1.0, 2.0, 8.0]),
                 deadline=now + rng.choice(deadlines),
                 max_depth=rng.choice([0, 6, 12]),
-                flow_depth=rng.choice([4, 8] if drain else [2, 4]),
+                flow_depth=rng.choice([4, 8] if drain or lanes else [2, 4]),
                 burst=rng.choice([0.0, 500.0]),
                 now=now,
                 via=via,
@@ -447,6 +519,8 @@ def _scenario(fq: Fixture, seed: int, *, drain: bool = False, dies_at: int = -1)
             mail = sorted(fq.mail(via=process).items())
             grants += [v for _, v in mail if isinstance(v, Grant)]
             log.append(mail)
+        if lanes and fq.kind == "memory":
+            fq.beside += _lanes_beside_a_head(fq)
     log.append(sorted(fq.mail(via=fq.other).items()))  # what the dead process was told
     return log
 
@@ -462,18 +536,44 @@ def test_it_decides_the_same_in_lua_as_in_the_core(runner, seed, drain):
         cleanup()
 
 
+@pytest.mark.parametrize("drain", [False, True])
+@pytest.mark.parametrize("seed", range(12))
+def test_it_decides_the_same_in_lua_as_in_the_core_with_a_tenants_apps_in_lanes(
+    runner, seed, drain
+):
+    memory, _ = make_fixture("memory", runner)
+    on_redis, cleanup = make_fixture("redis", runner)
+    try:
+        expected = _scenario(memory, seed, drain=drain, lanes=True)
+        assert _scenario(on_redis, seed, drain=drain, lanes=True) == expected
+    finally:
+        cleanup()
+
+
+def test_it_parks_apps_beside_a_siblings_turn_in_most_random_scenarios(runner):
+    """The scenarios above do meet lanes parked beside their flow's head (in the core)."""
+    seen = []
+    for seed in range(12):
+        for drain in (False, True):
+            memory, _ = make_fixture("memory", runner)
+            _scenario(memory, seed, drain=drain, lanes=True)
+            seen.append(memory.beside > 0)
+    assert sum(seen) >= len(seen) // 2, seen
+
+
 def _abandoned(log: list[Any]) -> int:
     told = [v for step in log if isinstance(step, list) for _, v in step]
     return sum(isinstance(v, QueueRefusal) and v.reason is QueueReason.ABANDONED for v in told)
 
 
+@pytest.mark.parametrize("lanes", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_it_drops_a_dead_processs_waiters_the_same_in_lua_as_in_the_core(runner, seed):
+def test_it_drops_a_dead_processs_waiters_the_same_in_lua_as_in_the_core(runner, seed, lanes):
     memory, _ = make_fixture("memory", runner)
     on_redis, cleanup = make_fixture("redis", runner)
     try:
-        expected = _scenario(memory, seed, dies_at=40)
-        assert _scenario(on_redis, seed, dies_at=40) == expected
+        expected = _scenario(memory, seed, dies_at=40, lanes=lanes)
+        assert _scenario(on_redis, seed, dies_at=40, lanes=lanes) == expected
         assert _abandoned(expected) > 0  # the pump did meet the dead process's waiters
     finally:
         cleanup()

@@ -1,6 +1,7 @@
 """The fair queue's pure core on a simulated clock: weights hold in long backlogged runs, burst
-credit is bounded, unused capacity goes to others, deadlines are never passed, and the tags
-of those behind a waiter that leaves do not move. Time is an argument; nothing sleeps."""
+credit is bounded, unused capacity goes to others, deadlines are never passed, the tags
+of those behind a waiter that leaves do not move, and a tenant's apps share its flow's turn
+without holding each other back. Time is an argument; nothing sleeps."""
 
 from __future__ import annotations
 
@@ -252,6 +253,107 @@ def test_it_does_not_move_the_tags_of_those_behind_a_waiter_that_leaves():
     assert sorted(rid for rid, _ in qb.take_mail("m")) == ["x1", "x3"]
     # Only what was granted counts: 10000 + 100 + 100 tokens at weight 2.
     assert qb.pools[POOL].finish["a"] == 5100.0
+
+
+def app_limit(name: str, per_second: float) -> BucketSpec:
+    return BucketSpec(f"{name}-rps", f"app:{name}", Dimension.REQUESTS, Rule.REFILL, per_second, 1)
+
+
+def test_it_gives_a_tenant_of_many_apps_no_more_of_the_pool_than_a_tenant_of_one():
+    """'many' has five backlogged apps (the first one's own limit lets it two requests a
+    second), 'one' a single app; equal weights, the pool is contended. Each tenant gets half:
+    the apps share their tenant's turn (no more), and one held by its own limit does not make
+    its tenant lose its turn (no less)."""
+    qb, served, waiting = QueueBook(Book()), defaultdict(float), defaultdict(set)
+    apps = {f"m{k}": "many" for k in range(5)} | {"o": "one"}
+    limits = {name: app_limit(name, 2.0 if name == "m0" else 1e6) for name in apps}
+    sizes: dict[str, int] = {}
+    rng, seq = random.Random(3), 0
+    for k in range(800):  # 8 s in 10 ms steps
+        now = T0 + k * 0.01
+        for name, tenant in apps.items():
+            while len(waiting[name]) < 4:
+                seq += 1
+                rid, size = f"{name}-{seq}", rng.randint(50, 400)
+                r = qb.enter(
+                    rid, [limits[name], TPM], Usage(input_tokens=size), pool=POOL, flow=tenant,
+                    weight=1.0, deadline=now + 1e6, max_depth=10_000, flow_depth=1000,
+                    lease_seconds=60, burst=0.0, mailbox="m", now=now,
+                )  # fmt: skip
+                sizes[rid] = size
+                if isinstance(r, Grant):
+                    served[tenant] += size * (now - T0 >= 0.5)
+                else:
+                    waiting[name].add(rid)
+        qb.pump(POOL, now=now)
+        for rid, verdict in qb.take_mail("m"):
+            assert isinstance(verdict, Grant)
+            name = rid.split("-")[0]
+            waiting[name].discard(rid)
+            served[apps[name]] += sizes[rid] * (verdict.created_at - T0 >= 0.5)
+    assert served["many"] + served["one"] >= RATE * 7.5 * 0.98  # the pool never idled
+    # Start-time fair queuing's bound between two backlogged flows: one request each.
+    assert abs(served["many"] - served["one"]) <= 400 + 400, dict(served)
+
+
+def _check_lanes(qb: QueueBook, now: float) -> None:
+    """Each flow has one head, the first waiter of the first lane of its ring, unless all its
+    lanes are parked; a lane with waiters is either in the ring or parked, never both."""
+    pq = qb.pools[POOL]
+    heads = set(pq.head_of)
+    assert len(heads) == len(pq.heads)
+    for name, flow in pq.flows.items():
+        assert flow.size == sum(len(q) for q in flow.lanes.values()) > 0
+        assert all(flow.lanes.values()) and len(set(flow.ring)) == len(flow.ring)
+        for lane in flow.lanes:
+            assert (lane in flow.ring) != (f"{name}\x1f{lane}" in pq.parked)
+        waiting = {e.reservation_id for q in flow.lanes.values() for e in q}
+        if flow.ring:
+            assert heads & waiting == {flow.lanes[flow.ring[0]][0].reservation_id}
+        else:
+            assert not heads & waiting
+    assert sum(f.size for f in pq.flows.values()) == len(pq.entries)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.floats(0, 0.3),  # seconds since the previous step
+            st.sampled_from(["enter", "enter", "enter", "pump", "leave"]),
+            st.sampled_from(["a", "b"]),  # tenant
+            st.integers(0, 3),  # its app (3: none of its own)
+            st.integers(100, 1500),  # input tokens
+        ),
+        min_size=10,
+        max_size=80,
+    )
+)
+def test_it_keeps_one_head_per_flow_from_the_first_lane_not_parked(ops):
+    qb = QueueBook(Book())
+    pool = BucketSpec("alpha-small", POOL, Dimension.INPUT_TOKENS, Rule.REFILL, 3000, 10)
+    limits = {  # two apps allowed one request in 3 s and in 1 s, one app without a limit
+        k: BucketSpec(f"x{k}-rp", f"app:x{k}", Dimension.REQUESTS, Rule.REFILL, [1, 1, 1e6][k], p)
+        for k, p in enumerate([3.0, 1.0, 1.0])
+    }
+    now, rids = T0, []
+    for i, (gap, op, tenant, k, size) in enumerate(ops):
+        now += gap
+        if op == "enter":
+            buckets = [pool] if k == 3 else [limits[k], pool]
+            rid = f"{tenant}{k}-{i}"
+            rids.append(rid)
+            qb.enter(
+                rid, buckets, Usage(input_tokens=size), pool=POOL, flow=tenant, weight=1.0,
+                deadline=now + [1.0, 5.0, 30.0][i % 3], max_depth=12, flow_depth=8,
+                lease_seconds=60, burst=0.0, mailbox="m", now=now,
+            )  # fmt: skip
+        elif op == "pump":
+            qb.pump(POOL, now=now)
+        elif rids:
+            qb.leave(POOL, rids[size % len(rids)], reason=QueueReason.CANCELLED, now=now)
+        if POOL in qb.pools:
+            _check_lanes(qb, now)
 
 
 SLOT = BucketSpec("alpha-conc", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 1)

@@ -7,7 +7,8 @@
 -- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
 -- ARGV[9] lease (s), ARGV[10] mailbox key, ARGV[11] max depth, ARGV[12] flow depth,
 -- ARGV[13] retention (s), ARGV[14] max lease (s), ARGV[15] expiry limit, ARGV[16] n parts,
--- then per part: bucket blob (lib.lua read_part), amount, side (0 shared, 1 pool, 2 own).
+-- then per part: bucket blob (lib.lua read_part), amount, side (0 shared, 1 pool, 2 own);
+-- then ARGV[17 + 3n] its lane in the flow (fairqueue.lane_of).
 -- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
 -- (waiting; the verdict comes to the mailbox), or reserve.lua's 'P' replay.
 local now = clock(ARGV[1])
@@ -44,7 +45,7 @@ for i = 1, n do
 end
 local e = {id = id, flow = flow, weight = tonumber(ARGV[5]), cost = tonumber(ARGV[6]),
            burst = tonumber(ARGV[7]), deadline = deadline, lease = lease, mailbox = ARGV[10],
-           rkey = KEYS[3], parts = rows}
+           rkey = KEYS[3], parts = rows, lane = ARGV[17 + 3 * n] or ''}
 parts = q_parts(e)
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then
@@ -81,7 +82,13 @@ if not no_wait then
     if tonumber(top[2]) <= waiting + 1 then
       return {'V', q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), id, {})}
     end
-    local victim = q_entry_load(Q, redis.call('LINDEX', Q.qp .. ':f:' .. top[1], -1))
+    -- The newest waiter of its longest lane (ties: the greatest lane, as the core's max).
+    local lane, most = nil, -1
+    for _, name in ipairs(redis.call('SMEMBERS', Q.qp .. ':n:' .. top[1])) do
+      local len = redis.call('LLEN', q_lane_key(Q, top[1], name))
+      if len > most or (len == most and name > lane) then lane, most = name, len end
+    end
+    local victim = q_entry_load(Q, redis.call('LINDEX', q_lane_key(Q, top[1], lane), -1))
     local refusal = q_refusal(now, 'queue_full', '', q_retry_hint(Q, now), victim.id, {})
     q_drop(Q, victim, refusal, now, true, true)
   end

@@ -2,13 +2,20 @@
 -- queue_settle; prepended after lib.lua. Mirrors quotas/core/queuebook.py step by step.
 -- Units: times epoch s, tags virtual time (tokens / weight), amounts bucket units, TTLs ms.
 --
--- Keys of one pool, qp = '<prefix>:{<pool>}:q':
+-- Keys of one pool, qp = '<prefix>:{<pool>}:q'; a flow's waiters wait in FIFO lanes, one per
+-- holder of their own limits (core: fairqueue.lane_of, given by the caller); a lane's name in
+-- the pool is <lk> = <flow> .. '\31' .. <lane> (core: fairqueue.lane_key):
 --   qp:s       hash   v (virtual time), nf (last next fit), f:<flow> (finish tag of its last grant)
---   qp:h       zset   head entry id -> start tag (one head per non-empty flow)
---   qp:l       zset   flow -> number of waiters (longest flow for eviction)
+--   qp:h       zset   head entry id -> start tag (one head per flow with a lane not parked:
+--                     the first waiter of the first lane of its ring)
+--   qp:l       zset   flow -> number of waiters in all its lanes (longest flow for eviction)
 --   qp:d       zset   entry id -> deadline (every waiter)
---   qp:p       zset   flow -> when its own limit fits again (parked: its head is not in qp:h)
---   qp:f:<flow> list  entry ids, FIFO
+--   qp:p       zset   <lk> -> when its own limit fits again (parked: out of its flow's ring)
+--   qp:r:<flow> list  the flow's non-empty lanes not parked, round robin: a lane whose head is
+--                     granted or leaves goes to the back. The ring's FIRST lane is the list's
+--                     LAST element, so that turn is one RPOPLPUSH (and the back is LPUSH).
+--   qp:n:<flow> set   the flow's non-empty lanes, parked or not (eviction takes from the longest)
+--   qp:f:<lk>  list   entry ids, FIFO
 --   qp:e:<id>  string 'Q' .. msgpack entry while waiting; 'V' .. verdict once decided
 -- Entry and bucket keys are read from the entries (standalone Redis only, as reap.lua does).
 -- A verdict is a \31-joined reply: a grant as reserve.lua's 'G' reply, or a refusal
@@ -35,20 +42,20 @@ local function q_keys(qp)
           p = qp .. ':p'}
 end
 
--- An entry as stored: {id, flow, weight, cost, burst, deadline, lease, mailbox, rkey, parts}
--- with parts[i] = {blob, amount, key, hkey, pkey, side}; side (core: fairqueue.Side) is
+-- An entry as stored: {id, flow, weight, cost, burst, deadline, lease, mailbox, rkey, parts,
+-- lane} with parts[i] = {blob, amount, key, hkey, pkey, side}; side (core: fairqueue.Side) is
 -- 0 shared with other flows, 1 the pool's, 2 the flow's own.
 local function q_entry_load(Q, id)
   local raw = redis.call('GET', Q.qp .. ':e:' .. id)
   if not raw or string.sub(raw, 1, 1) ~= 'Q' then return nil, raw end
   local t = cmsgpack.unpack(string.sub(raw, 2))
   return {id = t[1], flow = t[2], weight = t[3], cost = t[4], burst = t[5], deadline = t[6],
-          lease = t[7], mailbox = t[8], rkey = t[9], parts = t[10]}, raw
+          lease = t[7], mailbox = t[8], rkey = t[9], parts = t[10], lane = t[11] or ''}, raw
 end
 
 local function q_entry_pack(e)
   return 'Q' .. cmsgpack.pack({e.id, e.flow, e.weight, e.cost, e.burst, e.deadline, e.lease,
-                               e.mailbox, e.rkey, e.parts})
+                               e.mailbox, e.rkey, e.parts, e.lane})
 end
 
 -- The parts as reserve_parts wants them.
@@ -98,10 +105,46 @@ local function q_set_head(Q, e)
   redis.call('ZADD', Q.h, fmt(q_start(Q, e)), e.id)
 end
 
-local function q_flow_len(Q, flow)
-  local n = redis.call('LLEN', Q.qp .. ':f:' .. flow)
-  if n == 0 then redis.call('ZREM', Q.l, flow) else redis.call('ZADD', Q.l, n, flow) end
-  return n
+local function q_lk(flow, lane)
+  return flow .. SEP .. lane
+end
+
+local function q_lane_key(Q, flow, lane)
+  return Q.qp .. ':f:' .. q_lk(flow, lane)
+end
+
+-- One waiter more (by = 1) or fewer (by = -1) in a flow.
+local function q_count(Q, flow, by)
+  if tonumber(redis.call('ZINCRBY', Q.l, by, flow)) <= 0 then redis.call('ZREM', Q.l, flow) end
+end
+
+-- A lane with no waiters left: out of its flow's lanes (a parked one stays parked, as in the
+-- core: until due, or until the lane starts afresh).
+local function q_lane_gone(Q, flow, lane)
+  redis.call('SREM', Q.qp .. ':n:' .. flow, lane)
+end
+
+-- The flow's head: the first waiter of the first lane of its ring (none when all its lanes are
+-- parked or empty). lane, id: the ring's first lane and its first waiter, if the caller knows.
+local function q_promote(Q, flow, lane, id)
+  local rkey = Q.qp .. ':r:' .. flow
+  lane = lane or redis.call('LINDEX', rkey, -1)
+  while lane do
+    local lkey = q_lane_key(Q, flow, lane)
+    id = id or redis.call('LINDEX', lkey, 0)
+    if not id then
+      redis.call('RPOP', rkey)  -- emptied by healing: out of the ring
+      q_lane_gone(Q, flow, lane)
+      lane = redis.call('LINDEX', rkey, -1)
+    else
+      local e = q_entry_load(Q, id)
+      if e then q_set_head(Q, e); return end
+      redis.call('LPOP', lkey)  -- its key is gone (a day past its deadline): heal
+      redis.call('ZREM', Q.d, id)
+      q_count(Q, flow, -1)
+      id = nil
+    end
+  end
 end
 
 
@@ -124,37 +167,59 @@ end
 
 local function q_join(Q, e, now)
   q_keep_alive(e.mailbox, now)  -- its process is alive: it is entering
-  local fkey = Q.qp .. ':f:' .. e.flow
+  local lkey = q_lane_key(Q, e.flow, e.lane)
   local ttl = math.ceil(math.max(0, math.min(e.deadline - now, 8 * 86400)) * 1000) + KEEP_MS
   redis.call('SET', Q.qp .. ':e:' .. e.id, q_entry_pack(e), 'PX', ttl)
-  redis.call('RPUSH', fkey, e.id)
-  redis.call('PEXPIRE', fkey, KEEP_MS)
+  local n = redis.call('RPUSH', lkey, e.id)
+  redis.call('PEXPIRE', lkey, KEEP_MS)
   redis.call('ZADD', Q.d, fmt(e.deadline), e.id)
-  if q_flow_len(Q, e.flow) == 1 then
-    redis.call('ZREM', Q.p, e.flow)  -- parked for a request that is gone: start afresh
-    q_set_head(Q, e)
+  q_count(Q, e.flow, 1)
+  if n == 1 then
+    -- Parked for a request that is gone: start afresh, at the back of the ring.
+    redis.call('ZREM', Q.p, q_lk(e.flow, e.lane))
+    local rkey, nkey = Q.qp .. ':r:' .. e.flow, Q.qp .. ':n:' .. e.flow
+    local lanes = redis.call('LPUSH', rkey, e.lane)
+    redis.call('SADD', nkey, e.lane)
+    redis.call('PEXPIRE', rkey, KEEP_MS)
+    redis.call('PEXPIRE', nkey, KEEP_MS)
+    if lanes == 1 then q_set_head(Q, e) end
   end
   q_touch(Q)
 end
 
--- Take e out of its flow (promoting the next head), keep its verdict, tell its process.
+-- Take e out of its lane (the head's lane goes to the back of the ring, and the ring's first
+-- lane puts up the next head), keep its verdict, tell its process.
 local function q_drop(Q, e, verdict, now, notify, keep)
-  local fkey = Q.qp .. ':f:' .. e.flow
+  local lkey = q_lane_key(Q, e.flow, e.lane)
+  local rkey = Q.qp .. ':r:' .. e.flow
   redis.call('ZREM', Q.d, e.id)
   if redis.call('ZREM', Q.h, e.id) == 1 then
-    redis.call('LPOP', fkey)
-    local nxt = redis.call('LINDEX', fkey, 0)
-    while nxt do
-      local ne = q_entry_load(Q, nxt)
-      if ne then q_set_head(Q, ne); break end
-      redis.call('LPOP', fkey)  -- its key is gone (a day past its deadline): heal
-      redis.call('ZREM', Q.d, nxt)
-      nxt = redis.call('LINDEX', fkey, 0)
+    redis.call('LPOP', lkey)
+    local nxt = redis.call('LINDEX', lkey, 0)
+    -- The head's lane is the ring's first: to the back if it still has waiters, else out.
+    if not nxt then
+      redis.call('RPOP', rkey)
+      q_lane_gone(Q, e.flow, e.lane)
+      q_promote(Q, e.flow)
+    else
+      local second = redis.call('LINDEX', rkey, -2)
+      if second then
+        redis.call('RPOPLPUSH', rkey, rkey)
+        q_promote(Q, e.flow, second)
+      else
+        q_promote(Q, e.flow, e.lane, nxt)  -- its flow's one lane: it stays first
+      end
     end
   else
-    redis.call('LREM', fkey, 1, e.id)
+    redis.call('LREM', lkey, 1, e.id)
+    if redis.call('LLEN', lkey) == 0 then
+      q_lane_gone(Q, e.flow, e.lane)
+      if not redis.call('ZSCORE', Q.p, q_lk(e.flow, e.lane)) then
+        redis.call('LREM', rkey, 1, e.lane)
+      end
+    end
   end
-  q_flow_len(Q, e.flow)
+  q_count(Q, e.flow, -1)
   local ekey = Q.qp .. ':e:' .. e.id
   if keep then
     redis.call('SET', ekey, 'V' .. verdict, 'PX', math.ceil((e.lease + VERDICT_SECONDS) * 1000))
@@ -233,14 +298,16 @@ local function q_unreachable(e, parts, res, now, queue_id)
   return q_refusal(now, 'deadline_unreachable', bucket, res.retry, queue_id, res.live)
 end
 
--- Flows whose own limit fits again rejoin, at most their burst credit behind V.
+-- Lanes whose own limit fits again rejoin their flow's ring, at its back; a flow that had no
+-- head gets one, at most its burst credit behind V.
 local function q_unpark(Q, now)
   local due = redis.call('ZRANGEBYSCORE', Q.p, '-inf', fmt(now), 'LIMIT', 0, UNPARK_LIMIT)
-  for _, flow in ipairs(due) do
-    redis.call('ZREM', Q.p, flow)
-    local first = redis.call('LINDEX', Q.qp .. ':f:' .. flow, 0)
-    local e = first and q_entry_load(Q, first)
-    if e then q_set_head(Q, e) end
+  for _, lk in ipairs(due) do
+    redis.call('ZREM', Q.p, lk)
+    local flow, lane = string.match(lk, '^(.*)\31([^\31]*)$')
+    if redis.call('EXISTS', Q.qp .. ':f:' .. lk) == 1 then  -- unless its waiters are gone
+      if redis.call('LPUSH', Q.qp .. ':r:' .. flow, lane) == 1 then q_promote(Q, flow) end
+    end
   end
 end
 
@@ -324,9 +391,15 @@ local function q_pump(Q, ctx, newcomer)
               break
             end
             if all_own and q_floor(parts, res, now, false) == res.retry then
-              -- Held by its own limit until a known time: not backlogged till then (parked).
+              -- Held by its own limit until a known time: its lane is not backlogged till
+              -- then (parked), and the next lane of its flow puts its first waiter up.
               redis.call('ZREM', Q.h, id)
-              redis.call('ZADD', Q.p, fmt(res.retry), e.flow)
+              redis.call('ZADD', Q.p, fmt(res.retry), q_lk(e.flow, e.lane))
+              redis.call('RPOP', Q.qp .. ':r:' .. e.flow)  -- the head's lane is the ring's first
+              q_promote(Q, e.flow)
+              -- Its new head may have a tag among those already passed, and not be tried in
+              -- this call: the flow is not told it is doomed behind a later head.
+              skipped[e.flow] = true
             else
               for _, p in ipairs(parts) do
                 if names[p.name] then blocked[p.key] = true end
@@ -348,7 +421,7 @@ local function q_pump(Q, ctx, newcomer)
       EARLY_LIMIT)
     for _, id in ipairs(doomed) do
       local e = q_entry_load(Q, id)
-      if e and not skipped[e.flow] and not redis.call('ZSCORE', Q.p, e.flow) then
+      if e and not skipped[e.flow] and not redis.call('ZSCORE', Q.p, q_lk(e.flow, e.lane)) then
         decide(e, q_refusal(now, 'deadline_unreachable', '', stopped_at, id, {}), true)
         refused = refused + 1
       end
@@ -361,7 +434,7 @@ local function q_pump(Q, ctx, newcomer)
   return next_fit, granted, refused, mine, depth
 end
 
--- E6: a newcomer whose own flow's waiters ahead use up the pool's refill past its deadline
+-- E6: a newcomer whose own lane's waiters ahead use up the pool's refill past its deadline
 -- is refused now, not at the deadline (core: QueueBook._drain_refusal, fairqueue.drain_floor).
 -- Only refill buckets of requests and input tokens count: what a request takes there it keeps.
 local function q_drain_refusal(Q, e, parts, ctx)
@@ -374,7 +447,7 @@ local function q_drain_refusal(Q, e, parts, ctx)
       names[#names + 1] = p.name
     end
   end
-  local fkey = Q.qp .. ':f:' .. e.flow
+  local fkey = q_lane_key(Q, e.flow, e.lane)
   local n = redis.call('LLEN', fkey)
   if #specs == 0 or n < 2 then return nil end
   local avail, rate, used = {}, {}, {}
