@@ -17,6 +17,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import reverse
 
 from gateway import redis as gateway_redis
 from gateway.configfile.apply import config_load
@@ -133,3 +134,16 @@ def owner_of(obj: Any) -> int | None:
         scope = obj.scope_object()
         return owner_of(scope) if obj.scope_kind in ("tenant", "team", "app", "api_key") else None
     return None
+
+
+def admin_url(model: Any, view: str, *args: object) -> str:
+    """The admin page ``view`` ('changelist', 'add', 'change', …) of ``model``."""
+    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
+
+
+def field_errors(answer: Any, field: str) -> str:
+    """The admin form's errors on ``field`` after a POST the admin refused (200, not saved)."""
+    assert answer.status_code == 200, "saved"
+    errors = answer.context["adminform"].form.errors
+    assert field in errors, errors
+    return " ".join(errors[field])

@@ -10,7 +10,6 @@ import pytest
 from django import forms
 from django.contrib import admin
 from django.test import Client, RequestFactory
-from django.urls import reverse
 
 from gateway import redis as gateway_redis
 from gateway.configfile.apply import config_load
@@ -18,6 +17,7 @@ from quotas.models import Bucket
 from routing.models import Provider
 from tenants.keys import key_hash
 from tenants.models import ApiKey, App, Tenant
+from tests.personas import admin_url as url
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "switchyard.yaml"
 ALPHA_SECRET = "alpha-provider-credential-do-not-render"
@@ -32,10 +32,6 @@ def reference_config(db: None, redis_prefix: str) -> None:
 pytestmark = pytest.mark.usefixtures("reference_config")
 
 REGISTRY = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
-
-
-def url(model: Any, view: str, *args: object) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
 
 
 def config_version() -> int:

@@ -296,7 +296,7 @@ def test_it_gives_a_tenant_of_many_apps_no_more_of_the_pool_than_a_tenant_of_one
     assert abs(served["many"] - served["one"]) <= 400 + 400, dict(served)
 
 
-def _check_lanes(qb: QueueBook, now: float) -> None:
+def _check_lanes(qb: QueueBook) -> None:
     """Each flow has one head, the first waiter of the first lane of its ring, unless all its
     lanes are parked; a lane with waiters is either in the ring or parked, never both."""
     pq = qb.pools[POOL]
@@ -353,7 +353,7 @@ def test_it_keeps_one_head_per_flow_from_the_first_lane_not_parked(ops):
         elif rids:
             qb.leave(POOL, rids[size % len(rids)], reason=QueueReason.CANCELLED, now=now)
         if POOL in qb.pools:
-            _check_lanes(qb, now)
+            _check_lanes(qb)
 
 
 SLOT = BucketSpec("alpha-conc", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 1)

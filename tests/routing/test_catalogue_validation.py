@@ -7,12 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import models
 from django.test import Client
-from django.urls import reverse
 
 from routing.models import Endpoint, Model, Provider
-from tests.personas import Personas, personas_create, redis_prefix_scope
+from tests.personas import Personas, field_errors, personas_create, redis_prefix_scope
+from tests.personas import admin_url as url
 
 
 @pytest.fixture
@@ -24,17 +23,6 @@ def personas(db: None, settings: Any) -> Iterator[Personas]:
 @pytest.fixture
 def staff(personas: Personas) -> Client:
     return personas.client(personas.staff)
-
-
-def url(model: type[models.Model], view: str, *args: object) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
-
-
-def field_errors(answer: Any, field: str) -> str:
-    assert answer.status_code == 200, "saved"
-    errors = answer.context["adminform"].form.errors
-    assert field in errors, errors
-    return " ".join(errors[field])
 
 
 def endpoint_form(**fields: str) -> dict[str, str]:

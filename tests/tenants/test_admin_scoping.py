@@ -20,6 +20,7 @@ from quotas.models import Bucket
 from routing.models import Endpoint, Model, Provider
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
 from tests.personas import Personas, generation_create, job_create, owner_of
+from tests.personas import admin_url as url
 
 REGISTRY = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
 # Public reference data a member may read (never change).
@@ -32,10 +33,6 @@ MARKERS = {
 }
 # Nor platform secrets and platform-only limits.
 PLATFORM_MARKERS = ["alpha-credential", "provider:", "partner:", "model:"]
-
-
-def url(model: Any, view: str, *args: object) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
 
 
 def assert_clean(response: Any, victim: str) -> None:

@@ -7,26 +7,13 @@ import json
 from typing import Any
 
 import pytest
-from django.db import models
 from django.test import Client
-from django.urls import reverse
 
 from quotas.models import WorkloadClass
 from tenants.models import ApiKey, App, Tenant
-from tests.personas import Personas
+from tests.personas import Personas, field_errors
+from tests.personas import admin_url as url
 from tests.tenants.test_admin_scoping import _resubmission
-
-
-def url(model: type[models.Model], view: str, *args: object) -> str:
-    return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
-
-
-def field_errors(answer: Any, field: str) -> str:
-    assert answer.status_code == 200, "saved"
-    errors = answer.context["adminform"].form.errors
-    assert field in errors, errors
-    return " ".join(errors[field])
-
 
 WORKLOAD = {
     "name": "nightly",
