@@ -403,7 +403,9 @@ async def _serve(
             if attempt.stream is not None:
                 return _stream_response(call, attempt, admitted, broker, live)
             return await _complete(call, attempt, admitted, broker, live)
-        released = await broker.release(admitted.grant)
+        # F4: a call the provider received counts against its request rate and spend.
+        sent = demand_usage(admitted.demand, admitted.endpoint) if attempt.sent else None
+        released = await broker.release(admitted.grant, sent=sent)
         reservation_record(
             call, admitted.endpoint, admitted.grant, released, estimated_spend=admitted.spend
         )
