@@ -17,6 +17,19 @@ def body(**fields):
     return {"model": "acme/chat-small", "messages": OK_MESSAGES, **fields}
 
 
+def nested(levels, leaf=None):
+    """An object ``levels`` deep: {"a": {"a": … leaf}}."""
+    value = {} if leaf is None else leaf
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def deep_part(levels):
+    part = {"type": "image_url", "image_url": nested(levels - 3)}
+    return [{"role": "user", "content": [part]}]
+
+
 # (case, JSON body or raw bytes, status, error code, param)
 CASES = [
     ("malformed JSON", b'{"model": "acme/chat-small",', 400, "invalid_json", None),
@@ -99,6 +112,66 @@ CASES = [
         400,
         "invalid_value",
         "tools",
+    ),
+    # Bounded depth and size: past 254 levels orjson cannot send it on (issue 13, defect 1).
+    ("metadata nested 300 deep", body(metadata=nested(300)), 400, "invalid_value", "metadata"),
+    (
+        "response_format nested 300 deep",
+        body(response_format=nested(300, {"type": "json_object"})),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    ("an unknown field nested 65 deep", body(extra=nested(65)), 400, "invalid_value", "extra"),
+    (
+        "content part nested 300 deep",
+        body(messages=deep_part(300)),
+        400,
+        "invalid_value",
+        "messages",
+    ),
+    (
+        "tool parameters nested 300 deep",
+        body(tools=[{"type": "function", "function": {"name": "f", "parameters": nested(300)}}]),
+        400,
+        "invalid_value",
+        "tools",
+    ),
+    (
+        "tool parameters of 100 KB",
+        body(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {"name": "f", "parameters": {"description": "x" * 100_000}},
+                }
+            ]
+        ),
+        400,
+        "invalid_value",
+        "tools[0].function.parameters",
+    ),
+    (
+        "response_format of 100 KB",
+        body(response_format={"type": "json_object", "x": "x" * 100_000}),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "provider of 20 KB",
+        body(provider={"order": ["x" * 20_000]}),
+        400,
+        "invalid_value",
+        "provider",
+    ),
+    ("metadata value not a string", body(metadata={"a": 1}), 400, "invalid_value", "metadata"),
+    (
+        "metadata of 17 pairs",
+        body(metadata={str(i): "v" for i in range(17)}),
+        400,
+        "invalid_value",
+        "metadata",
     ),
     (
         "too many content parts",
