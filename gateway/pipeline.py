@@ -105,6 +105,8 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         call.workload = _workload(snapshot, call, request)
         call.stream = bool(body.get("stream"))
         deferred = jobs.wants_deferral(request, call)
+        if deferred:
+            jobs.job_storable(request.body, body)
         call.idempotency_key = idempotency.request_key(request)
         replay = await idempotency.claim(call, idempotency.body_digest(request.body))
         if replay is not None:
