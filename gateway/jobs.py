@@ -32,6 +32,7 @@ from django.http import HttpRequest
 
 from gateway.call import Call
 from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.ledger import without_nul
 from gateway.models import Job
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def job_finish(job: Job, status_code: int, response: dict[str, Any], now: dt.dat
     Job.objects.filter(pk=job.pk).exclude(status__in=Job.FINISHED).update(
         status=Job.Status.SUCCEEDED if status_code < 400 else Job.Status.FAILED,
         response_status=status_code,
-        response=response,
+        response=without_nul(response),  # the provider's answer may hold one
         finished_at=now,
         lease_until=None,
     )
