@@ -48,6 +48,11 @@ class Admitted:
     grant: Grant
     demand: Demand
     body: dict[str, Any]
+    sent: bool = False  # the provider may have received this attempt's call
+    settled: bool = False  # reconciled or released: the guard in the pipeline has nothing to do
+
+    def mark_sent(self) -> None:
+        self.sent = True
 
     def estimated_usage(self) -> Usage:
         return Usage(input_tokens=self.demand.input_tokens, output_tokens=self.demand.output_tokens)

@@ -33,9 +33,9 @@ from django.urls import set_script_prefix  # noqa: E402
 
 from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
+from gateway.views import is_api_path  # noqa: E402
 
 Scope = dict[str, Any]
-PROXY_PREFIX = "/v1/"
 
 
 class ProxyHandler(ASGIHandler):
@@ -95,7 +95,7 @@ site_handler = ASGIHandler()
 async def application(scope: Scope, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
-    elif scope["type"] == "http" and scope["path"].startswith(PROXY_PREFIX):
+    elif scope["type"] == "http" and is_api_path(scope["path"]):
         if _declared_length(scope) > settings.MAX_REQUEST_BODY_BYTES:
             await _refuse_too_large(send)
         else:

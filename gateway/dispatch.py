@@ -6,6 +6,7 @@ No retries here (F4): the pipeline decides what happens after a failure.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,10 @@ async def attempt_send(
     response_id: str,
     model: str,
     created: int,
+    on_send: Callable[[], None] = lambda: None,
 ) -> Attempt:
+    """``on_send`` is called just before the request goes out: from then on, whatever
+    happens, the provider may have received it."""
     adapter = adapter_for(endpoint.provider.protocol)
     attempt = Attempt(endpoint=endpoint, adapter=adapter)
     name = endpoint.provider.name
@@ -100,6 +104,7 @@ async def attempt_send(
         "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
     )
     started = time.monotonic()
+    on_send()
     try:
         response = await client.send(request, stream=stream)
     except httpx.TransportError as exc:

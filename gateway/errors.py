@@ -20,7 +20,8 @@
     │   ├── UpstreamOverloaded        503 upstream_overloaded
     │   └── UpstreamQuotaExhausted    503 upstream_quota_exhausted — the platform's provider
     │                                     account is out of quota or spend (not the caller's rate)
-    └── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
+    ├── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
+    └── InternalError                 500 internal_error — a bug (logged with its traceback)
 
 The envelope is OpenAI's, so SDKs surface the message, plus Switchyard's ``reason`` code:
 ``{"error": {"message": …, "type": …, "code": …, "param": …, "reason": …}}``.
@@ -192,6 +193,10 @@ class ServiceUnavailable(GatewayError):
     status = 503
     type = "api_error"
     code = "service_unavailable"
+
+
+class InternalError(GatewayError):
+    """Something raised that no step expected; the caller learns only that, and the id."""
 
 
 def error_response(

@@ -32,6 +32,7 @@ from django.http import HttpRequest
 
 from gateway.call import Call
 from gateway.errors import InvalidRequest, ServiceUnavailable
+from gateway.ledger import without_nul
 from gateway.models import Job
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,37 @@ def wants_deferral(request: HttpRequest, call: Call) -> bool:
             param="stream",
         )
     return True
+
+
+def job_storable(raw: bytes, body: dict[str, Any]) -> None:
+    """PostgreSQL keeps no NUL character in text or jsonb: a deferred request with one is
+    refused here (400, naming the field), not by the database as it is stored."""
+    if b"\\u0000" not in raw:  # JSON can only carry NUL escaped: most bodies stop here
+        return
+    path = _nul_path(body, "")
+    if path is not None:
+        raise InvalidRequest(
+            f"{path or 'body'}: a deferred request cannot contain NUL characters (\\u0000).",
+            param=path or None,
+            code="invalid_value",
+        )
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{path}.{key}" if path else key
+            found = inner if "\x00" in key else _nul_path(item, inner)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 async def job_submit(call: Call, body: dict[str, Any], session_id: str) -> Job:
@@ -119,7 +151,7 @@ def job_finish(job: Job, status_code: int, response: dict[str, Any], now: dt.dat
     Job.objects.filter(pk=job.pk).exclude(status__in=Job.FINISHED).update(
         status=Job.Status.SUCCEEDED if status_code < 400 else Job.Status.FAILED,
         response_status=status_code,
-        response=response,
+        response=without_nul(response),  # the provider's answer may hold one
         finished_at=now,
         lease_until=None,
     )

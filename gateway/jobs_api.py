@@ -6,6 +6,8 @@ included, is the same 404.
 
 from __future__ import annotations
 
+import re
+
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -13,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import jobs
-from gateway.errors import JobNotCancellable, NotFound
+from gateway.errors import InvalidRequest, JobNotCancellable, NotFound
 from gateway.models import Job
 from tenants.authentication import principal_of
 
@@ -34,9 +36,15 @@ class JobDetail(APIView):
         return Response(jobs.job_data(job))
 
 
+# The form of a job id; anything else (a NUL, which PostgreSQL cannot even compare) is a 400.
+JOB_ID = re.compile(r"job-[A-Za-z0-9_-]{1,36}")
+
+
 def _own_job(request: Request, job_id: str) -> Job:
     app_id = principal_of(request).app_id
-    job = Job.objects.filter(pk=job_id[:40], app_id=app_id).first()
+    if not JOB_ID.fullmatch(job_id):
+        raise InvalidRequest("Pass the id of a job: /v1/jobs/job-…", param="id")
+    job = Job.objects.filter(pk=job_id, app_id=app_id).first()
     if job is None:
-        raise NotFound(f"No job {job_id[:40]}.")
+        raise NotFound(f"No job {job_id}.")
     return job

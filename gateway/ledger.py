@@ -129,8 +129,21 @@ def _claim_return(client: Any, claim: bytes, claims: str) -> None:
 
 def _row(model: type[models.Model], record: dict[str, Any]) -> models.Model:
     fields = {f.name for f in model._meta.get_fields()}
-    values = {name: value for name, value in record.items() if name in fields}
+    values = {name: without_nul(value) for name, value in record.items() if name in fields}
     for name in DATETIME_FIELDS:
         if values.get(name) is not None:
             values[name] = datetime.fromtimestamp(values[name], tz=UTC)
     return model(**values)
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` with each NUL character made U+FFFD: PostgreSQL stores no NUL in text or
+    jsonb, and one refused ledger row would fail its whole batch at every flush (a provider
+    may send one: in a finish reason, in an answer a job keeps)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value

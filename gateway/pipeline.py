@@ -11,10 +11,11 @@ Each step is one call into the app that owns it; nothing clever lives here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from gateway.errors import (
     BodyTooLarge,
     CapacityRefused,
     GatewayError,
+    InternalError,
     InvalidRequest,
     PermissionDenied,
     ServiceUnavailable,
@@ -103,6 +105,8 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         call.workload = _workload(snapshot, call, request)
         call.stream = bool(body.get("stream"))
         deferred = jobs.wants_deferral(request, call)
+        if deferred:
+            jobs.job_storable(request.body, body)
         call.idempotency_key = idempotency.request_key(request)
         replay = await idempotency.claim(call, idempotency.body_digest(request.body))
         if replay is not None:
@@ -181,6 +185,19 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
             generation_record(call, status=499, cancelled=True)
         await idempotency.release(call)
         raise
+    except Exception:  # a bug; its grant, if any, was settled on the way out (``_owned``)
+        log.exception("request %s failed unexpectedly", call.id)
+        error = InternalError("Switchyard failed to serve this request; it has been logged.")
+        call.reason = "internal_error"
+        try:
+            if not call.recorded:  # one row per generation: a late failure keeps the first
+                generation_record(call, status=error.status)
+        except Exception:  # the ledger itself may be what failed: the answer still goes out
+            log.exception("request %s: its ledger row could not be written", call.id)
+        await idempotency.release(call)
+        headers = _headers(call)
+        headers[SHOULD_RETRY_HEADER] = "false"
+        return error_response(error, headers)
 
 
 async def _respond(
@@ -389,74 +406,78 @@ async def _serve(
     model = _require_model(call)
     while True:
         admitted = await admit(call, snapshot, body, candidates, broker)
-        call.attempts += 1
-        try:
-            attempt = await _dispatch(call, body, admitted, broker)
-        except asyncio.CancelledError:  # the client left: the upstream call went with it
-            await _abandoned(call, admitted, broker)
-            raise
-        metrics.ATTEMPTS.labels(
-            admitted.endpoint.provider.name,
-            attempt.failure.outcome.value if attempt.failure else "ok",
-        ).inc()
-        if attempt.ok:
-            if attempt.stream is not None:
-                return _stream_response(call, attempt, admitted, broker, live)
-            return await _complete(call, attempt, admitted, broker, live)
-        released = await broker.release(admitted.grant)
-        reservation_record(
-            call, admitted.endpoint, admitted.grant, released, estimated_spend=admitted.spend
-        )
-        failure = attempt.failure
-        assert failure is not None and attempt.error is not None
-        if failure.outcome in (Outcome.AUTH, Outcome.POLICY):
-            # The caller is told only the outcome (H1); the provider's words are for operators.
-            log.warning(
-                "provider %s refused %s: %s",
+        async with _owned(admitted, broker):
+            call.attempts += 1
+            try:
+                attempt = await _dispatch(call, body, admitted, broker)
+            except asyncio.CancelledError:  # the client left: the upstream call went with it
+                await _abandoned(call, admitted, broker)
+                raise
+            metrics.ATTEMPTS.labels(
                 admitted.endpoint.provider.name,
-                failure.outcome.value,
-                failure.message,
+                attempt.failure.outcome.value if attempt.failure else "ok",
+            ).inc()
+            if attempt.ok:
+                if attempt.stream is not None:
+                    return _stream_response(call, attempt, admitted, broker, live)
+                return await _complete(call, attempt, admitted, broker, live)
+            # F4: a call the provider received counts against its request rate and spend.
+            sent = demand_usage(admitted.demand, admitted.endpoint) if attempt.sent else None
+            released = await broker.release(admitted.grant, sent=sent)
+            admitted.settled = True
+            reservation_record(
+                call, admitted.endpoint, admitted.grant, released, estimated_spend=admitted.spend
             )
-        if not attempt.sent and len(candidates) > 1:
-            # Another endpoint may speak this request; nothing was sent, so no retry (F4).
-            call.attempts -= 1
-            call.explanation.append(f"{admitted.endpoint.provider.name}:unsupported")
-            candidates = [e for e in candidates if e is not admitted.endpoint]
-            continue
-        if kind := ROUTING_KINDS[failure.outcome]:
-            live.observe(
-                admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)
+            failure = attempt.failure
+            assert failure is not None and attempt.error is not None
+            if failure.outcome in (Outcome.AUTH, Outcome.POLICY):
+                # The caller is told only the outcome (H1); the provider's words are for operators.
+                log.warning(
+                    "provider %s refused %s: %s",
+                    admitted.endpoint.provider.name,
+                    failure.outcome.value,
+                    failure.message,
+                )
+            if not attempt.sent and len(candidates) > 1:
+                # Another endpoint may speak this request; nothing was sent, so no retry (F4).
+                call.attempts -= 1
+                call.explanation.append(f"{admitted.endpoint.provider.name}:unsupported")
+                candidates = [e for e in candidates if e is not admitted.endpoint]
+                continue
+            if kind := ROUTING_KINDS[failure.outcome]:
+                live.observe(
+                    admitted.endpoint.key, RoutingOutcome(kind=kind, latency_s=attempt.seconds)
+                )
+            retry_after = attempt.limits.retry_after
+            if retry_after is not None:
+                metrics.RETRY_AFTER.labels(admitted.endpoint.provider.name).inc()
+            if failure.outcome is Outcome.CAPACITY:
+                demand = demand_usage(admitted.demand, admitted.endpoint)
+                if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
+                    metrics.UNEXPLAINED_429.labels(admitted.endpoint.provider.name).inc()
+                if retry_after:
+                    await broker.pause_provider(admitted.buckets, retry_after, time.time())
+            decision = retry_decide(
+                FAILURES[failure.outcome],
+                retries_used=call.attempts - 1,
+                retry_budget=call.workload.retry_budget,
+                retry_after=retry_after,
+                now=time.time(),
+                deadline=call.deadline,
+                expected_attempt_seconds=max(attempt.seconds, 0.05),
+                fallback_allowed=model.allow_fallbacks,
+                endpoints_left=len(candidates) - 1,
+                rng=rng,
+                breaker_open=admitted.endpoint.key in call.broken,
             )
-        retry_after = attempt.limits.retry_after
-        if retry_after is not None:
-            metrics.RETRY_AFTER.labels(admitted.endpoint.provider.name).inc()
-        if failure.outcome is Outcome.CAPACITY:
-            demand = demand_usage(admitted.demand, admitted.endpoint)
-            if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
-                metrics.UNEXPLAINED_429.labels(admitted.endpoint.provider.name).inc()
-            if retry_after:
-                await broker.pause_provider(admitted.buckets, retry_after, time.time())
-        decision = retry_decide(
-            FAILURES[failure.outcome],
-            retries_used=call.attempts - 1,
-            retry_budget=call.workload.retry_budget,
-            retry_after=retry_after,
-            now=time.time(),
-            deadline=call.deadline,
-            expected_attempt_seconds=max(attempt.seconds, 0.05),
-            fallback_allowed=model.allow_fallbacks,
-            endpoints_left=len(candidates) - 1,
-            rng=rng,
-            breaker_open=admitted.endpoint.key in call.broken,
-        )
-        call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
-        if decision.next is Next.GIVE_UP:
-            attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
-            raise attempt.error
-        if decision.next is Next.NEXT_ENDPOINT:
-            candidates = [e for e in candidates if e is not admitted.endpoint]
-        else:
-            await asyncio.sleep(decision.delay)
+            call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
+            if decision.next is Next.GIVE_UP:
+                attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
+                raise attempt.error
+            if decision.next is Next.NEXT_ENDPOINT:
+                candidates = [e for e in candidates if e is not admitted.endpoint]
+            else:
+                await asyncio.sleep(decision.delay)
 
 
 async def _dispatch(
@@ -470,11 +491,35 @@ async def _dispatch(
         response_id=call.id,
         model=admitted.endpoint.model_slug,
         created=int(call.created),
+        on_send=admitted.mark_sent,
     )
     if call.stream:  # the stream's own lease keeper starts with the relay
         return await send
     async with broker.held(admitted.grant):
         return await send
+
+
+@contextlib.asynccontextmanager
+async def _owned(admitted: Admitted, broker: Broker) -> AsyncIterator[None]:
+    """While a step holds the grant, anything it raises settles the grant on the way out, so
+    no failure keeps capacity other requests wait for (C9): released whole if nothing went
+    to the provider; else its estimates stand, as after an expired lease, since the provider
+    may have counted and charged the call. Normal exits leave the grant to its owner."""
+    try:
+        yield
+    except BaseException:
+        if not admitted.settled:
+            admitted.settled = True
+            estimated = admitted.estimated_usage()
+            cost = usage_cost(admitted.endpoint, estimated)
+            try:
+                if admitted.sent:
+                    await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
+                else:
+                    await broker.release(admitted.grant)
+            except Exception:  # Redis is failing too: the lease expires by itself (C9)
+                log.warning("a failed request's reservation was left to expire", exc_info=True)
+        raise
 
 
 async def _abandoned(call: Call, admitted: Admitted, broker: Broker) -> None:
@@ -484,6 +529,7 @@ async def _abandoned(call: Call, admitted: Admitted, broker: Broker) -> None:
     estimated = admitted.estimated_usage()
     cost = usage_cost(admitted.endpoint, estimated)
     settled = await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
+    admitted.settled = True
     reservation_record(
         call, admitted.endpoint, admitted.grant, settled, estimated_spend=admitted.spend
     )
@@ -501,6 +547,7 @@ async def _complete(
     usage = completion.usage or admitted.estimated_usage()
     cost = usage_cost(endpoint, usage)
     settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    admitted.settled = True
     reservation_record(
         call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=usage
     )
@@ -516,8 +563,9 @@ async def _complete(
     result["provider"] = endpoint.provider.name
     result.setdefault("usage", usage.as_openai())["cost"] = cost
     call.reason = "ok"
+    response = _json(result, headers=_headers(call))
     generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
-    return _json(result, headers=_headers(call))
+    return response
 
 
 def _stream_response(
@@ -536,6 +584,7 @@ def _stream_response(
         call.reason = end.reason or "ok"
         cost = usage_cost(endpoint, end.usage)
         settled = await broker.reconcile(admitted.grant, actual_usage(end.usage, cost))
+        admitted.settled = True
         reservation_record(
             call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=end.usage
         )
@@ -567,21 +616,30 @@ def _stream_response(
             await idempotency.release(call)
 
     async def body() -> Any:
-        async with broker.held(admitted.grant):
-            async for part in relay(
-                upstream,
-                translator,
-                provider=endpoint.provider.name,
-                include_usage=bool(
-                    (admitted.body.get("stream_options") or {}).get("include_usage")
-                ),
-                estimated_input_tokens=admitted.demand.input_tokens,
-                started=call.started,
-                upstream_started=upstream_started,
-                cost=lambda usage: usage_cost(endpoint, usage),
-                finish=finish,
-            ):
-                yield part
+        try:
+            async with broker.held(admitted.grant), _owned(admitted, broker):
+                async for part in relay(
+                    upstream,
+                    translator,
+                    provider=endpoint.provider.name,
+                    include_usage=bool(
+                        (admitted.body.get("stream_options") or {}).get("include_usage")
+                    ),
+                    estimated_input_tokens=admitted.demand.input_tokens,
+                    started=call.started,
+                    upstream_started=upstream_started,
+                    cost=lambda usage: usage_cost(endpoint, usage),
+                    finish=finish,
+                ):
+                    yield part
+        except Exception:
+            # Past the headers no error answer can go out; the ledger and the key still must.
+            log.exception("stream %s failed unexpectedly", call.id)
+            if not call.recorded:
+                call.reason = "internal_error"
+                generation_record(call, status=500)
+            await idempotency.release(call)
+            raise
 
     call.reason = "ok"
     response = StreamingHttpResponse(body(), content_type="text/event-stream")

@@ -96,6 +96,9 @@ async def relay(
             status, reason = 502, "upstream_unavailable"
             out.append(_sse_error(UpstreamUnavailable("The connection to the provider broke.")))
         yield b"".join(out) + b"data: [DONE]\n\n"
+    except Exception:  # a bug of ours: the ledger says so (the pipeline settles and logs)
+        status, reason = 500, "internal_error"
+        raise
     finally:
         await response.aclose()
         if status == 200 and not completed:

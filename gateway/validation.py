@@ -51,10 +51,62 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+# Free-form JSON (schemas, routing preferences, metadata) is bounded in depth for the whole
+# body — orjson refuses to serialise past 254 levels, and deep bodies are slow to walk — and
+# each free-form object in size, far above what a provider accepts.
+MAX_JSON_DEPTH = 64
+MAX_SCHEMA_BYTES = 64 * 1024  # a tool's parameters, a response_format
+MAX_PROVIDER_BYTES = 16 * 1024
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512  # OpenAI's own bounds
+
+
+class BoundedObjectField(serializers.Field):  # type: ignore[type-arg]
+    """A JSON object passed on as it is, of at most ``max_bytes`` once serialised."""
+
+    default_error_messages = {
+        "invalid": "must be an object.",
+        "too_large": "must be at most {max_bytes} bytes of JSON.",
+    }
+
+    def __init__(self, *, max_bytes: int, **kwargs: Any) -> None:
+        self.max_bytes = max_bytes
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        if len(orjson.dumps(data)) > self.max_bytes:  # depth was bounded before: dumps works
+            self.fail("too_large", max_bytes=self.max_bytes)
+        return data
+
+
+class MetadataField(serializers.Field):  # type: ignore[type-arg]
+    default_error_messages = {
+        "invalid": (
+            f"must be an object of at most {MAX_METADATA_PAIRS} string values, keys of at most "
+            f"{MAX_METADATA_KEY} and values of at most {MAX_METADATA_VALUE} characters."
+        )
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not (
+            isinstance(data, dict)
+            and len(data) <= MAX_METADATA_PAIRS
+            and all(
+                len(key) <= MAX_METADATA_KEY
+                and isinstance(value, str)
+                and len(value) <= MAX_METADATA_VALUE
+                for key, value in data.items()
+            )
+        ):
+            self.fail("invalid")
+        return data
+
+
 class FunctionSerializer(serializers.Serializer[dict[str, Any]]):
     name = StrictCharField(max_length=64)
     description = StrictCharField(required=False, allow_blank=True)
-    parameters = serializers.DictField(required=False)
+    parameters = BoundedObjectField(required=False, max_bytes=MAX_SCHEMA_BYTES)
     strict = StrictBooleanField(required=False)
 
 
@@ -171,9 +223,10 @@ class ChatCompletionSerializer(serializers.Serializer[dict[str, Any]]):
     tools = ToolSerializer(many=True, required=False, max_length=MAX_TOOLS)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
     user = StrictCharField(required=False, max_length=256)
-    response_format = serializers.DictField(required=False)
+    response_format = BoundedObjectField(required=False, max_bytes=MAX_SCHEMA_BYTES)
     parallel_tool_calls = StrictBooleanField(required=False)
-    provider = serializers.DictField(required=False)
+    provider = BoundedObjectField(required=False, max_bytes=MAX_PROVIDER_BYTES)
+    metadata = MetadataField(required=False, allow_null=True)
     models = serializers.ListField(child=StrictCharField(), required=False, max_length=8)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -204,12 +257,31 @@ def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
+    for name, value in body.items():  # unknown fields too: they are passed on
+        if _deeper_than(value, MAX_JSON_DEPTH - 1):
+            raise InvalidRequest(
+                f"{name}: nested deeper than {MAX_JSON_DEPTH} levels.",
+                param=name,
+                code="invalid_value",
+            )
     try:
         _CHAT_COMPLETION.run_validation(body)
     except serializers.ValidationError as exc:
         param, message = _first_error(exc.detail)
         raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
     return body
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _first_error(errors: Any, path: str = "") -> tuple[str, str]:

@@ -34,13 +34,18 @@ def _method_not_allowed(allowed: str) -> HttpResponse:
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if request.path.startswith("/v1/"):
+    if is_api_path(request.path):
         return error_response(NotFound(f"There is no endpoint at {request.path}."))
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     # A 500 is a bug; still, an API client gets the envelope, not an HTML page.
-    if request.path.startswith("/v1/"):
+    if is_api_path(request.path):
         return error_response(GatewayError("Internal error; it has been logged."))
     return defaults.server_error(request)
+
+
+def is_api_path(path: str) -> bool:
+    """``/v1`` and below: the proxy's, answered in the envelope (unknown paths too)."""
+    return path == "/v1" or path.startswith("/v1/")

@@ -30,6 +30,7 @@ from quotas.core.model import (
     ReconcileResult,
     Rule,
     Usage,
+    sent_usage,
 )
 from quotas.queue import BrokerQueue
 from quotas.snapshot import QuotaSnapshot, ScopedBucket
@@ -147,9 +148,14 @@ class Broker:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
         return await self.queue.reconcile(grant, actual)
 
-    async def release(self, grant: Grant) -> ReconcileResult:
+    async def release(self, grant: Grant, *, sent: Usage | None = None) -> ReconcileResult:
+        """Settle a failed attempt: all of it comes back if nothing reached the provider;
+        given the demand of an attempt that was ``sent``, all but its request and estimated
+        spend (``sent_usage``), which a reconcile keeps exactly as reserved."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
+        if sent is not None:
+            return await self.queue.reconcile(grant, sent_usage(sent))
         return await self.queue.release(grant)
 
     @contextlib.asynccontextmanager

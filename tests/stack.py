@@ -200,7 +200,7 @@ class Stack:
                 "--loop",
                 "uvloop",
                 "--http",
-                "httptools",
+                "gateway.server:HttpProtocol",  # uvicorn's own 400s in the envelope
                 "--no-access-log",
             ],
         )

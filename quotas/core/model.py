@@ -148,6 +148,13 @@ class Usage:
 NOTHING = Usage(requests=0.0, concurrency=0.0)
 
 
+def sent_usage(demand: Usage) -> Usage:
+    """What a failed attempt that reached the provider still counts (F4): its request and its
+    estimated spend, whatever the answer — the provider counted the call against our rate and
+    may bill it. Its tokens and its concurrency slot come back, as after any settlement."""
+    return Usage(requests=demand.requests, spend=demand.spend, concurrency=0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class GrantPart:
     """What one bucket gave: ``amount`` taken, in the window/slice/interval ``marker``."""

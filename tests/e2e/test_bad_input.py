@@ -1,8 +1,11 @@
 """Every bad input gets a clear error in the OpenAI envelope and the right status — never a 500."""
 
+import socket
 import time
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 from tests.conftest import E2E_UPSTREAM_READ_TIMEOUT
@@ -15,6 +18,19 @@ OK_MESSAGES = [{"role": "user", "content": "hi"}]
 
 def body(**fields):
     return {"model": "acme/chat-small", "messages": OK_MESSAGES, **fields}
+
+
+def nested(levels, leaf=None):
+    """An object ``levels`` deep: {"a": {"a": … leaf}}."""
+    value = {} if leaf is None else leaf
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def deep_part(levels):
+    part = {"type": "image_url", "image_url": nested(levels - 3)}
+    return [{"role": "user", "content": [part]}]
 
 
 # (case, JSON body or raw bytes, status, error code, param)
@@ -99,6 +115,66 @@ CASES = [
         400,
         "invalid_value",
         "tools",
+    ),
+    # Bounded depth and size: past 254 levels orjson cannot send it on (issue 13, defect 1).
+    ("metadata nested 300 deep", body(metadata=nested(300)), 400, "invalid_value", "metadata"),
+    (
+        "response_format nested 300 deep",
+        body(response_format=nested(300, {"type": "json_object"})),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    ("an unknown field nested 65 deep", body(extra=nested(65)), 400, "invalid_value", "extra"),
+    (
+        "content part nested 300 deep",
+        body(messages=deep_part(300)),
+        400,
+        "invalid_value",
+        "messages",
+    ),
+    (
+        "tool parameters nested 300 deep",
+        body(tools=[{"type": "function", "function": {"name": "f", "parameters": nested(300)}}]),
+        400,
+        "invalid_value",
+        "tools",
+    ),
+    (
+        "tool parameters of 100 KB",
+        body(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {"name": "f", "parameters": {"description": "x" * 100_000}},
+                }
+            ]
+        ),
+        400,
+        "invalid_value",
+        "tools[0].function.parameters",
+    ),
+    (
+        "response_format of 100 KB",
+        body(response_format={"type": "json_object", "x": "x" * 100_000}),
+        400,
+        "invalid_value",
+        "response_format",
+    ),
+    (
+        "provider of 20 KB",
+        body(provider={"order": ["x" * 20_000]}),
+        400,
+        "invalid_value",
+        "provider",
+    ),
+    ("metadata value not a string", body(metadata={"a": 1}), 400, "invalid_value", "metadata"),
+    (
+        "metadata of 17 pairs",
+        body(metadata={str(i): "v" for i in range(17)}),
+        400,
+        "invalid_value",
+        "metadata",
     ),
     (
         "too many content parts",
@@ -198,6 +274,50 @@ def test_it_answers_wrong_methods_and_paths_in_the_envelope(stack):
     missing = httpx.get(f"{stack.base_url}/v1/nothing-here")
     assert get.status_code == 405 and get.json()["error"]["code"] == "method_not_allowed"
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for method, path, status, code in [
+        ("GET", "/v1", 404, "not_found"),
+        ("GET", "/v1?x=1", 404, "not_found"),
+        ("GET", "/v1/", 404, "not_found"),
+        ("DELETE", "/v1/chat", 404, "not_found"),
+        ("POST", "/v1/models", 405, "method_not_allowed"),
+        ("POST", "/v1/generation", 405, "method_not_allowed"),
+        ("PUT", "/v1/jobs/job-1", 405, "method_not_allowed"),
+    ]:
+        answer = httpx.request(method, f"{stack.base_url}{path}", headers=auth)
+        assert answer.status_code == status, (method, path, answer.text)
+        assert answer.headers["content-type"] == "application/json", (method, path)
+        assert answer.json()["error"]["code"] == code, (method, path)
+
+
+def raw_request(stack, data: bytes) -> bytes:
+    """Bytes on a socket to the real uvicorn, and everything it answers before closing."""
+    address = urlsplit(stack.base_url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Trace: a\x01b\r\n\r\n",
+        b"G(T /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /v1/mo\x00dels HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",  # a TLS hello on the plain port
+    ],
+    ids=["control byte in a header", "bad method token", "NUL in the path", "TLS hello"],
+)
+def test_it_answers_a_request_the_http_parser_refuses_in_the_envelope(stack, data):
+    head, _, content = raw_request(stack, data).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 400 Bad Request"
+    assert b"content-type: application/json" in lines
+    error = orjson.loads(content)["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_http_request")
 
 
 def test_it_answers_502_when_the_provider_is_unreachable(stack):

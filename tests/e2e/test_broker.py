@@ -3,7 +3,8 @@
 A market of its own: `delta` (60 requests/min, 12 concurrent — enforced by the simulator and
 configured identically in the gateway), `epsilon` (a simulator limit of 30 requests/min that the
 gateway is NOT told about, so only the provider's own 429s and Retry-After can teach it),
-`zeta` (no limits, for faults), and three tenants sharing them.
+`zeta` (no limits, for faults), `iota` (30 requests/min known to the gateway, for failed
+attempts), and three tenants sharing them.
 """
 
 import asyncio
@@ -71,6 +72,18 @@ MARKET = {
                 "m": {
                     "ttft_ms": {"median": 300, "p95": 400},
                     "tokens_per_s": {"median": 100, "p05": 80},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
+            "name": "iota",
+            "port": 9206,
+            "protocol": "openai",
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 10, "p95": 20},
+                    "tokens_per_s": {"median": 2000, "p05": 1000},
                     "error_rate": 0.0,
                 }
             },
@@ -155,6 +168,16 @@ CONFIG = {
             "api_key_env": "ALPHA_API_KEY",
         },
         {
+            "name": "iota",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9206/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            "limits": [
+                {"dimension": "requests", "capacity": 30, "per": "1m"},
+                {"dimension": "concurrency", "capacity": 4},
+            ],
+        },
+        {
             "name": "zeta",
             "protocol": "openai",
             "base_url": "http://127.0.0.1:9203/v1",
@@ -170,6 +193,7 @@ CONFIG = {
         {"slug": "broker/epsilon", "endpoints": [_endpoint("epsilon")]},
         {"slug": "broker/eta", "endpoints": [_endpoint("eta")]},
         {"slug": "broker/theta", "endpoints": [_endpoint("theta")]},
+        {"slug": "broker/iota", "endpoints": [_endpoint("iota")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
     ],
     "workload_classes": [
@@ -318,6 +342,32 @@ def test_it_keeps_retries_of_a_half_broken_provider_within_the_budget(broker_sta
     wait_until(
         lambda: not sim_stats(broker_stack, "zeta")["incidents"], timeout=20, what="incident end"
     )
+
+
+def test_it_counts_every_call_a_failing_provider_received_against_its_request_rate(
+    broker_stack,
+):
+    """F4: a 500 still used one of iota's 30 requests a minute; its slot comes back."""
+    httpx.post(
+        f"{broker_stack.sim_url('iota')}/_incident",
+        json={"model": "m", "for": "60s", "overload_rate": 1.0},
+    ).raise_for_status()
+    before = sim_stats(broker_stack, "iota")["requests"]
+    room = bucket_available(broker_stack, "provider:iota:requests:1m")
+    started = time.monotonic()
+
+    async def requests():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return [await _post(client, broker_stack, KEYS["two"], _payload("broker/iota"))]
+
+    results = asyncio.run(requests()) + asyncio.run(requests())
+    assert all(r.status_code >= 500 for r, _ in results)
+    received = sim_stats(broker_stack, "iota")["requests"] - before
+    assert received == sum(int(r.headers["x-switchyard-attempts"]) for r, _ in results) > 2
+    used = room - bucket_available(broker_stack, "provider:iota:requests:1m")
+    refilled = 0.5 * (time.monotonic() - started)  # 30 a minute
+    assert received - refilled - 0.01 <= used <= received + 0.01, (room, used, refilled)
+    assert bucket_available(broker_stack, "provider:iota:concurrency") == 4
 
 
 def test_it_sends_nothing_to_a_provider_before_its_retry_after(broker_stack):

@@ -171,6 +171,27 @@ def test_it_shows_a_job_to_its_own_app_only_and_cancels_only_a_waiting_one(stack
     assert job(stack, "/v1/jobs/job-nosuch").status_code == 404
 
 
+def test_it_refuses_nul_characters_it_could_not_store_with_a_400(stack):
+    """PostgreSQL keeps no NUL in text or jsonb (issue 13, defect 5)."""
+    nul = [{"role": "user", "content": "a\u0000b"}]
+    deferred = submit(stack, messages=nul)
+    plain = submit(stack, key=WEB_KEY, headers={}, messages=nul)  # nothing stored: served
+    auth = {"Authorization": f"Bearer {INDEXER_KEY}"}
+    answers = [
+        job(stack, "/v1/jobs/a%00b"),
+        httpx.delete(f"{stack.base_url}/v1/jobs/job-a%00b", headers=auth),
+        httpx.get(f"{stack.base_url}/v1/generation?id=gen-a%00b", headers=auth),
+    ]
+
+    assert deferred.status_code == 400, deferred.text
+    error = deferred.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_value", "messages[0].content")
+    assert plain.status_code == 200, plain.text
+    for answer in answers:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == "id"
+
+
 def test_it_runs_a_job_whose_task_message_was_lost(stack):
     stop_celery(stack)
     try:

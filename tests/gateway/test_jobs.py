@@ -88,3 +88,11 @@ def test_it_forgets_finished_jobs_after_their_retention_but_never_a_waiting_one(
 
 def _fields(job: Job) -> dict:
     return {f.name: getattr(job, f.name) for f in Job._meta.fields}
+
+
+def test_it_keeps_an_answer_with_a_nul_character_postgresql_could_not_store(job):
+    jobs.job_finish(job, 200, {"choices": [{"message": {"content": "a\u0000b"}}]}, NOW)
+
+    stored = Job.objects.get(pk=job.id)
+    assert stored.status == Job.Status.SUCCEEDED
+    assert stored.response["choices"][0]["message"]["content"] == "a\ufffdb"

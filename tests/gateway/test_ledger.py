@@ -9,6 +9,7 @@ import pytest
 
 from gateway import redis as sy_redis
 from gateway.ledger import ledger_backlog, ledger_flush
+from gateway.models import Generation
 from quotas.models import Reservation
 
 
@@ -43,3 +44,31 @@ def test_it_stores_the_records_of_a_crashed_flush_half_a_minute_later(redis_pref
     _crashed_claim("gen-crashed:1", claimed_at=now - 40)
     assert ledger_flush(now=now) == 1
     assert Reservation.objects.filter(id="gen-crashed:1").count() == 1
+
+
+@pytest.mark.django_db
+def test_it_stores_a_record_with_a_nul_character_instead_of_failing_its_batch(
+    redis_prefix: str,
+) -> None:
+    """PostgreSQL refuses NUL in text and jsonb; a provider's finish reason may carry one."""
+    now = time.time()
+    record = {
+        "kind": "generation",
+        "id": "gen-nul",
+        "created_at": now,
+        "tenant_id": 1,
+        "app_id": 1,
+        "api_key_id": 1,
+        "model": "acme/chat-small",
+        "status": 200,
+        "finish_reason": "st\u0000op",
+        "detail": {"native_finish_reason": "st\u0000op", "explanation": ["a\u0000"]},
+    }
+    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(record))
+
+    assert ledger_flush(now=now) == 1
+
+    stored = Generation.objects.get(pk="gen-nul")
+    assert stored.finish_reason == "st\ufffdop"
+    assert stored.detail["native_finish_reason"] == "st\ufffdop"
+    assert ledger_backlog() == 0

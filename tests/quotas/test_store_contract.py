@@ -22,6 +22,7 @@ from quotas.core.model import (
     Rule,
     Usage,
     Window,
+    sent_usage,
 )
 from tests.quotas.conftest import make_store
 
@@ -126,6 +127,21 @@ def test_it_gives_everything_back_on_release(store):
     grant = store.reserve("r1", [DAY, SPEND, CONC], DEMAND, now=T0)
     assert store.release(grant, now=T0 + 1).outcome is Outcome.RELEASED
     assert avail(store, [DAY, SPEND, CONC], T0 + 1) == before
+
+
+def test_it_keeps_the_request_and_spend_of_a_failed_attempt_the_provider_received(store):
+    """F4: the provider counted the call; only its tokens and its slot come back."""
+    buckets = [RPM, CONC, DAY, SPEND, ITPM]
+    before = avail(store, buckets, T0)
+    grant = store.reserve("r1", buckets, DEMAND, now=T0)
+    result = store.reconcile(grant, sent_usage(DEMAND), now=T0)
+    got = {s.bucket: (s.estimated, s.actual, s.released, s.charged) for s in result.settlements}
+    assert got["rpm"] == (1, 1, 0, 0)
+    assert got["spend"] == (1.5, 1.5, 0, 0)
+    assert got["conc"] == (1, 0, 1, 0)
+    assert got["day"] == (1500, 0, 1500, 0)
+    assert got["itpm"] == (1000, 0, 1000, 0)
+    assert avail(store, buckets, T0) == [before[0] - 1, *before[1:3], before[3] - 1.5, before[4]]
 
 
 def test_it_settles_unknown_closed_and_expired_reservations_as_safe_noops(store):
