@@ -395,7 +395,8 @@ async def _serve(
         except asyncio.CancelledError:  # the client left: the upstream call went with it
             await _abandoned(call, admitted, broker)
             raise
-        metrics.ATTEMPTS.labels(
+        metrics.child(
+            metrics.ATTEMPTS,
             admitted.endpoint.provider.name,
             attempt.failure.outcome.value if attempt.failure else "ok",
         ).inc()
@@ -429,11 +430,11 @@ async def _serve(
             )
         retry_after = attempt.limits.retry_after
         if retry_after is not None:
-            metrics.RETRY_AFTER.labels(admitted.endpoint.provider.name).inc()
+            metrics.child(metrics.RETRY_AFTER, admitted.endpoint.provider.name).inc()
         if failure.outcome is Outcome.CAPACITY:
             demand = demand_usage(admitted.demand, admitted.endpoint)
             if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
-                metrics.UNEXPLAINED_429.labels(admitted.endpoint.provider.name).inc()
+                metrics.child(metrics.UNEXPLAINED_429, admitted.endpoint.provider.name).inc()
             if retry_after:
                 await broker.pause_provider(admitted.buckets, retry_after, time.time())
         decision = retry_decide(
