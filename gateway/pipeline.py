@@ -40,6 +40,7 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
+from gateway.model_objects import model_object
 from gateway.models import Job
 from gateway.providers.base import Outcome, Usage
 from gateway.quality import tool_calls_malformed
@@ -205,7 +206,7 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     except GatewayError as error:
         return error_response(error)
     data = [
-        _model_object(slug)
+        model_object(model)
         for slug, model in sorted(snapshot.catalogue.models.items())
         if model.endpoints and principal.may_use(slug)
     ]
@@ -223,11 +224,7 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
             raise UnknownModel(f"The model '{model_id}' does not exist.")
     except GatewayError as error:
         return error_response(error)
-    return _json(_model_object(model_id))
-
-
-def _model_object(slug: str) -> dict[str, Any]:
-    return {"id": slug, "object": "model", "created": 0, "owned_by": "switchyard"}
+    return _json(model_object(model))
 
 
 async def _snapshot() -> Snapshot:
