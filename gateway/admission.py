@@ -164,7 +164,7 @@ def _admitted(
     call.grant, call.demand = grant, demand
     for shadow in grant.shadow_refusals:  # B: a trial limit is counted, never enforced
         call.shadow_refusals.append(f"{shadow.bucket}:{shadow.reason.value}")
-        metrics.SHADOW_REFUSALS.labels(shadow.bucket).inc()
+        metrics.child(metrics.SHADOW_REFUSALS, shadow.bucket).inc()
     call.bucket_states = [
         BucketState(
             bucket, part.remaining, reset_seconds(bucket.spec, part.remaining, grant.created_at)

@@ -7,6 +7,7 @@ Two Django handlers share one URLconf:
   270 requests/s at 16 connections. The API needs none of sessions, CSRF or messages, and holds
   no database connection in the loop's thread, so ``ProxyHandler`` drops the middleware chain
   and runs the request signals and ``response.close()`` inline.
+- the health probes (``gateway.probes``) answer before either handler: no Django request at all.
 - everything else (admin, ops pages) runs Django's handler with the full middleware stack.
 Oversized bodies are refused here from their Content-Length, before Django buffers them.
 """
@@ -33,6 +34,8 @@ from django.urls import set_script_prefix  # noqa: E402
 
 from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
+from gateway.probes import PATHS as PROBE_PATHS  # noqa: E402
+from gateway.probes import probe  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
 
 Scope = dict[str, Any]
@@ -100,6 +103,8 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
             await _refuse_too_large(send)
         else:
             await proxy_handler(scope, receive, send)
+    elif scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+        await probe(scope, send)
     else:
         await site_handler(scope, receive, send)
 

@@ -1,16 +1,25 @@
-"""Operator metrics (SPEC H2) in Prometheus format, served at ``/metrics`` to platform staff who
-may see every tenant (``tenants.view_tenant``, as for the ops pages; superusers pass).
+"""Operator metrics (SPEC H2) in Prometheus format at ``/metrics``, for a scraper sending
+``Authorization: Bearer <METRICS_TOKEN>`` or platform staff who may see every tenant
+(``tenants.view_tenant``, as for the ops pages; superusers pass). Anyone else: 401 with
+``WWW-Authenticate: Bearer`` (a scraper cannot follow a redirect to a login page).
 
-Labels name tenants, models, providers and buckets: this page is for the platform's operators,
-never for tenants (A4). With several uvicorn workers, set PROMETHEUS_MULTIPROC_DIR to a
-writable directory (the demo does) so that every worker's counts are added up.
+Labels name tenants, apps, models, providers and buckets: this page is for the platform's
+operators, never for tenants (A4). Every label value comes from the configuration (a model the
+catalogue knows, a provider, a tenant and app of a valid key, a workload class, a bucket) or
+from a fixed set (status, reason, outcome): never from what a client sent, so the number of
+series is bounded by the configuration. A request for an unknown model counts under model "".
+
+With several uvicorn workers, set PROMETHEUS_MULTIPROC_DIR to a writable directory (the demo
+does) so that every worker's counts are added up.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+from typing import Any
 
-from django.contrib.admin.views.decorators import staff_member_required
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -58,9 +67,33 @@ RETRY_AFTER = Counter(
 )
 QUEUE_WAIT = Histogram(
     "switchyard_queue_wait_seconds",
-    "Time requests waited for capacity.",
-    ["workload"],
+    "Time requests waited for capacity, by tenant and workload class.",
+    ["tenant", "workload"],
     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+REQUEST_DURATION = Histogram(
+    "switchyard_request_duration_seconds",
+    "Time from a request's arrival to the end of its answer (the last byte of a stream), by "
+    "the model and provider that served it.",
+    ["model", "provider"],
+    buckets=LATENCY_BUCKETS,
+)
+TTFT = Histogram(
+    "switchyard_time_to_first_token_seconds",
+    "Time from a request's arrival to its first token, by model and provider.",
+    ["model", "provider"],
+    buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 15),
+)
+TOKENS = Counter(
+    "switchyard_tokens_total",
+    "Tokens providers counted, by tenant, app and kind (input, cached_input, output).",
+    ["tenant", "app", "kind"],
+)
+COST = Counter(
+    "switchyard_cost_usd_total",
+    "What providers charge for the usage, in USD, by tenant and app.",
+    ["tenant", "app"],
 )
 RETRIES = Histogram(
     "switchyard_attempts_per_request",
@@ -81,14 +114,35 @@ OVER_RESERVED = Counter(
 )
 
 
-@staff_member_required
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, cached: the hot path skips prometheus_client's label
+    validation and lock. Bounded as the labels are (see the module docstring)."""
+    key = (id(metric), labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    user = request.user
-    # Members are staff to sign in to the admin, not operators; other staff need the ops
-    # pages' permission, since these labels name every tenant.
-    operator = user.is_superuser or user.has_perm("tenants.view_tenant")
-    if tenant_member(user) is not None or not operator:
-        raise PermissionDenied("Metrics are for the platform's operators.")
+    if not _scraper(request):
+        user = request.user
+        if not (user.is_authenticated and user.is_staff):
+            response = HttpResponse(
+                "Send 'Authorization: Bearer <METRICS_TOKEN>' or sign in as staff.\n",
+                status=401,
+                content_type="text/plain",
+            )
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+        # Members are staff to sign in to the admin, not operators; other staff need the ops
+        # pages' permission, since these labels name every tenant.
+        operator = user.is_superuser or user.has_perm("tenants.view_tenant")
+        if tenant_member(user) is not None or not operator:
+            raise PermissionDenied("Metrics are for the platform's operators.")
     from ops.prometheus import SaturationCollector  # models: not at the proxy's import time
 
     data = generate_latest(_process_registry())
@@ -97,6 +151,16 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     saturation.register(SaturationCollector())
     data += generate_latest(saturation)
     return HttpResponse(data, content_type=CONTENT_TYPE_LATEST)
+
+
+def _scraper(request: HttpRequest) -> bool:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return False
+    given = token.strip().encode()
+    # Every configured token is compared, in constant time, so timing tells nothing.
+    matches = [hmac.compare_digest(given, t.encode()) for t in settings.METRICS_TOKENS]
+    return any(matches)
 
 
 def _process_registry() -> CollectorRegistry:

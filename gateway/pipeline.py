@@ -42,6 +42,7 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
+from gateway.model_objects import model_object
 from gateway.models import Job
 from gateway.providers.base import Outcome, Usage
 from gateway.quality import tool_calls_malformed
@@ -222,7 +223,7 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     except GatewayError as error:
         return error_response(error)
     data = [
-        _model_object(slug)
+        model_object(model)
         for slug, model in sorted(snapshot.catalogue.models.items())
         if model.endpoints and principal.may_use(slug)
     ]
@@ -240,11 +241,7 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
             raise UnknownModel(f"The model '{model_id}' does not exist.")
     except GatewayError as error:
         return error_response(error)
-    return _json(_model_object(model_id))
-
-
-def _model_object(slug: str) -> dict[str, Any]:
-    return {"id": slug, "object": "model", "created": 0, "owned_by": "switchyard"}
+    return _json(model_object(model))
 
 
 async def _snapshot() -> Snapshot:
@@ -413,7 +410,8 @@ async def _serve(
             except asyncio.CancelledError:  # the client left: the upstream call went with it
                 await _abandoned(call, admitted, broker)
                 raise
-            metrics.ATTEMPTS.labels(
+            metrics.child(
+                metrics.ATTEMPTS,
                 admitted.endpoint.provider.name,
                 attempt.failure.outcome.value if attempt.failure else "ok",
             ).inc()
@@ -450,11 +448,11 @@ async def _serve(
                 )
             retry_after = attempt.limits.retry_after
             if retry_after is not None:
-                metrics.RETRY_AFTER.labels(admitted.endpoint.provider.name).inc()
+                metrics.child(metrics.RETRY_AFTER, admitted.endpoint.provider.name).inc()
             if failure.outcome is Outcome.CAPACITY:
                 demand = demand_usage(admitted.demand, admitted.endpoint)
                 if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
-                    metrics.UNEXPLAINED_429.labels(admitted.endpoint.provider.name).inc()
+                    metrics.child(metrics.UNEXPLAINED_429, admitted.endpoint.provider.name).inc()
                 if retry_after:
                     await broker.pause_provider(admitted.buckets, retry_after, time.time())
             decision = retry_decide(

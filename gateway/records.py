@@ -37,17 +37,23 @@ def generation_record(
     endpoint = call.endpoint
     demand = call.demand
     model = endpoint.model_slug if endpoint else (call.model.slug if call.model else "")
-    metrics.REQUESTS.labels(
+    provider = endpoint.provider.name if endpoint else ""
+    metrics.child(
+        metrics.REQUESTS,
         principal.tenant_name,
         model,
-        endpoint.provider.name if endpoint else "",
+        provider,
         call.workload.name,
         str(status),
         call.reason,
     ).inc()
-    metrics.QUEUE_WAIT.labels(call.workload.name).observe(call.queue_wait)
+    metrics.child(metrics.QUEUE_WAIT, principal.tenant_name, call.workload.name).observe(
+        call.queue_wait
+    )
     if call.attempts:
-        metrics.RETRIES.labels(call.workload.name).observe(call.attempts)
+        metrics.child(metrics.RETRIES, call.workload.name).observe(call.attempts)
+    if endpoint:
+        usage_metrics(call, endpoint, usage)
     ledger.ledger_record_later(
         "generation",
         {
@@ -84,6 +90,27 @@ def generation_record(
     )
 
 
+def usage_metrics(call: Call, endpoint: EndpointEntry, usage: Usage) -> None:
+    """H2: latency by model and provider, usage and cost by tenant and app."""
+    principal = call.principal
+    assert principal is not None
+    model, provider = endpoint.model_slug, endpoint.provider.name
+    metrics.child(metrics.REQUEST_DURATION, model, provider).observe(call.elapsed())
+    if call.ttft is not None:
+        metrics.child(metrics.TTFT, model, provider).observe(call.ttft)
+    tenant, app = principal.tenant_name, principal.app_name
+    for kind, tokens in (
+        ("input", usage.input_tokens),
+        ("cached_input", usage.cached_input_tokens),
+        ("output", usage.output_tokens),
+    ):
+        if tokens:
+            metrics.child(metrics.TOKENS, tenant, app, kind).inc(tokens)
+    cost = usage_cost(endpoint, usage)
+    if cost:
+        metrics.child(metrics.COST, tenant, app).inc(cost)
+
+
 def reservation_record(
     call: Call,
     endpoint: EndpointEntry,
@@ -98,10 +125,10 @@ def reservation_record(
     assert principal is not None and call.demand is not None
     demand = call.demand
     if usage is not None and demand.raw_input_tokens:
-        metrics.ESTIMATE_RATIO.labels(endpoint.model_slug).observe(
+        metrics.child(metrics.ESTIMATE_RATIO, endpoint.model_slug).observe(
             usage.input_tokens / max(1, demand.input_tokens)
         )
-        metrics.OVER_RESERVED.labels(endpoint.model_slug).inc(
+        metrics.child(metrics.OVER_RESERVED, endpoint.model_slug).inc(
             max(0, demand.total_tokens - usage.total_tokens)
         )
     ledger.ledger_record_later(
@@ -141,7 +168,7 @@ def reservation_record(
 def refusal_record(call: Call, refusal: Refusal) -> None:
     """C8: the broker's refusal, so the ledger shows what was asked and why it was not given."""
     principal = call.principal
-    metrics.REFUSALS.labels(refusal.bucket, refusal.reason.value).inc()
+    metrics.child(metrics.REFUSALS, refusal.bucket, refusal.reason.value).inc()
     if principal is None or call.demand is None:
         return
     ledger.ledger_record_later(

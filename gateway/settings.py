@@ -230,6 +230,11 @@ LEARN_PROVIDER_CONCURRENCY = env_bool("LEARN_PROVIDER_CONCURRENCY", True)
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
+# Bearer tokens a Prometheus server sends for /metrics (comma-separated, so one can be rotated
+# in before the old one goes); empty: staff sessions only.
+METRICS_TOKENS = [t.strip() for t in os.environ.get("METRICS_TOKEN", "").split(",") if t.strip()]
+# Each check of /readyz gives up after this long (seconds).
+PROBE_TIMEOUT = env_float("PROBE_TIMEOUT", 1.0)
 
 
 def _client_error_without_traceback(record: Any) -> bool:  # a logging.LogRecord

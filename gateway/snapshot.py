@@ -72,6 +72,15 @@ class SnapshotHolder:
         assert self._snapshot is not None  # else the refresh raised
         return self._snapshot
 
+    def peek(self) -> Snapshot | None:
+        """The snapshot held now, without any check (the readiness probe compares versions)."""
+        return self._snapshot
+
+    async def recheck(self) -> Snapshot:
+        """The snapshot after a version check made now, the poll interval notwithstanding."""
+        self._checked_at = 0.0
+        return await self.get()
+
     async def _read_version(self) -> int:
         raw = await sy_redis.async_client().get(sy_redis.key("config", "version"))
         return int(raw or 0)

@@ -47,6 +47,7 @@ class EndpointEntry:
 class ModelEntry:
     id: int
     slug: str
+    created: int  # epoch seconds the model row was made (/v1/models ``created``)
     default_output_tokens: int
     allow_fallbacks: bool
     fallback_slug: str | None
@@ -103,6 +104,7 @@ def catalogue_build() -> Catalogue:
         models[m.slug] = ModelEntry(
             id=m.pk,
             slug=m.slug,
+            created=int(m.created_at.timestamp()),
             default_output_tokens=m.default_output_tokens,
             allow_fallbacks=m.allow_fallbacks,
             fallback_slug=m.fallback_model.slug if m.fallback_model else None,

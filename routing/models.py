@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 from gateway.configfile.reader import (
     choice,
@@ -70,6 +71,8 @@ class Model(ConfigRules, models.Model):
     """A public model id clients send (e.g. ``acme/chat-large``)."""
 
     slug = models.CharField(max_length=200, unique=True)
+    # /v1/models shows it as ``created`` (the OpenAI and OpenRouter model objects' field).
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
     default_output_tokens = models.PositiveIntegerField(
         default=400, help_text="Output estimate when a request gives no max_tokens (C2)."
     )

@@ -54,6 +54,9 @@ def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) 
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+SCRAPE_TOKEN = "scrape-token-for-tests"  # what a stack's /metrics accepts as a bearer token
+
+
 @dataclass
 class Stack:
     database_url: str  # any database URL of a server; the stack creates a database of its own
@@ -94,6 +97,7 @@ class Stack:
             DJANGO_SETTINGS_MODULE="gateway.settings",
             PYTHONPATH=str(ROOT),
             PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "metrics"),
+            METRICS_TOKEN=SCRAPE_TOKEN,
         )
         env.update(self.extra_env)
         return env

@@ -154,6 +154,16 @@ class RedisReservationStore:
     def _clock_arg(now: float | None) -> str:
         return "" if now is None else repr(now)
 
+    async def scripts_load(self) -> int:
+        """Load into Redis every script it lacks (a new or restarted Redis has none); returns
+        how many were missing. One SCRIPT EXISTS, plus one SCRIPT LOAD per missing script."""
+        scripts = list(self._scripts.values())
+        present = await self.client.script_exists(*(s.sha for s in scripts))
+        missing = [s for s, there in zip(scripts, present, strict=True) if not there]
+        for script in missing:
+            await self.client.script_load(script.script)
+        return len(missing)
+
     # -- hooks for the fair queue (quotas/store/queue_redis.py): its scripts share lib.lua,
     # the bucket blobs, the clock and settle.lua's arguments with this store.
     def register_script(self, name: str, source: str) -> None:

@@ -146,8 +146,14 @@ def test_it_streams_a_tool_call(client, protocol):
 
 
 def test_it_lists_the_models_the_key_may_use(client):
-    ids = {m.id for m in client.models.list()}
-    assert {"acme/chat-large", "acme/chat-small"} <= ids
+    models = {m.id: m for m in client.models.list()}
+    assert {"acme/chat-large", "acme/chat-small"} <= set(models)
+    large = models["acme/chat-large"]
+    assert large.created > 1_700_000_000  # a real timestamp: the model row's creation
+    # OpenRouter's fields reach the SDK's model object as extras.
+    assert large.model_extra["context_length"] == 200000
+    assert large.model_extra["pricing"]["prompt"] == "0.0000005"
+    assert "tools" in large.model_extra["supported_parameters"]
 
 
 def test_it_retrieves_one_model_and_says_404_for_one_it_does_not_know(client):

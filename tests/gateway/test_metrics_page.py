@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from gateway import redis as sy_redis
@@ -43,9 +43,34 @@ def test_it_never_shows_metrics_to_a_tenant_member(personas: Personas, member: s
     assert b"switchyard_" not in page.content
 
 
-def test_it_sends_a_visitor_to_the_admin_login(personas: Personas) -> None:
+def test_it_asks_a_visitor_for_a_bearer_token_not_a_login(personas: Personas) -> None:
     page = Client().get("/metrics")
-    assert page.status_code == 302 and "/admin/login/" in page["Location"]
+    assert page.status_code == 401
+    assert page["WWW-Authenticate"].startswith("Bearer")
+    assert b"switchyard_" not in page.content
+
+
+@override_settings(METRICS_TOKENS=["old-scrape-token", "new-scrape-token"])
+@pytest.mark.parametrize("token", ["old-scrape-token", "new-scrape-token"])
+def test_it_shows_metrics_to_a_scraper_with_a_configured_token(
+    personas: Personas, token: str
+) -> None:
+    page = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert page.status_code == 200
+    assert page["Content-Type"].startswith("text/plain; version=")
+    assert b"switchyard_requests_total" in page.content
+
+
+@override_settings(METRICS_TOKENS=["scrape-token"])
+@pytest.mark.parametrize("header", ["Bearer scrape-tokenX", "Bearer ", "Basic scrape-token", ""])
+def test_it_refuses_a_wrong_token(personas: Personas, header: str) -> None:
+    page = Client().get("/metrics", HTTP_AUTHORIZATION=header)
+    assert page.status_code == 401 and b"switchyard_" not in page.content
+
+
+@override_settings(METRICS_TOKENS=[])
+def test_no_token_opens_metrics_when_none_is_configured(personas: Personas) -> None:
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
 
 
 def _gauges(page: Any, name: str) -> dict[str, float]:
