@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -19,8 +20,10 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
+from gateway.configfile.durations import duration_format
 from quotas.admin import bucket_inline
 from tenants.keys import key_generate, key_hash, key_prefix
+from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
 from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline
 
@@ -228,7 +231,7 @@ class ApiKeyAdmin(ConfigModelAdmin):
     search_fields = ["prefix", "name", "app__name", "app__team__name", "app__team__tenant__name"]
     autocomplete_fields = ["app"]
     list_select_related = ["app__team__tenant"]
-    actions = ["revoke_keys"]
+    actions = ["revoke_keys", "rotate_keys", "rotate_keys_now"]
     inlines = [bucket_inline("api_key")]
     tenant_lookup = "app__team__tenant_id"
     tenant_access = Access.EDIT
@@ -237,17 +240,38 @@ class ApiKeyAdmin(ConfigModelAdmin):
         editable = ["app", "name", "allowed_models", "expires_at"]
         if obj is None:
             return editable
-        return ["prefix", *editable, "created_at", "revoked_at", "status"]
+        return [
+            "prefix",
+            *editable,
+            "created_at",
+            "revoked_at",
+            "previous_valid_until",
+            "status",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
         # Moving a key to another app would move it to another tenant: add a new key instead.
-        return ["prefix", "app", "created_at", "revoked_at", "status"]
+        return ["prefix", "app", "created_at", "revoked_at", "previous_valid_until", "status"]
 
     @admin.display(description="tenant", ordering="app__team__tenant__name")
     def tenant(self, key: ApiKey) -> Tenant:
         return key.tenant
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A2: keys are revoked, never deleted (the ledger names them; a revocation is undone by
+        # no one). Without this permission Django also refuses to delete an app, team or tenant
+        # that still has keys, as it would delete them with it.
+        return False
+
+    @admin.display(description="old secret works until")
+    def previous_valid_until(self, key: ApiKey) -> str:
+        if not key.previous_secret_hash or key.previous_valid_until is None:
+            return "—"
+        if key.previous_valid_until <= timezone.now():
+            return "— (overlap ended)"
+        return f"{key.previous_valid_until:%Y-%m-%d %H:%M:%S} UTC ({key.previous_prefix}…)"
 
     @admin.display(description="status")
     def status(self, key: ApiKey) -> str:
@@ -286,12 +310,50 @@ class ApiKeyAdmin(ConfigModelAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        now = timezone.now()
         live = list(queryset.filter(revoked_at__isnull=True))
-        ApiKey.objects.filter(pk__in=[key.pk for key in live]).update(revoked_at=timezone.now())
         for key in live:
+            key_revoke(key, now=now)
             self.log_change(request, key, "Revoked.")
         config_changed()
         self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+    @admin.action(
+        description="Rotate selected keys (the old secrets work for the overlap)",
+        permissions=["change"],
+    )
+    def rotate_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse:
+        return self._rotate(request, queryset, settings.KEY_ROTATION_OVERLAP_SECONDS)
+
+    @admin.action(
+        description="Rotate selected keys now (the old secrets stop at once)",
+        permissions=["change"],
+    )
+    def rotate_keys_now(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse:
+        return self._rotate(request, queryset, 0)
+
+    def _rotate(
+        self, request: HttpRequest, queryset: QuerySet[ApiKey], overlap_seconds: float
+    ) -> HttpResponse:
+        """New secrets, shown on the page that answers the action, as for a new key."""
+        now = timezone.now()
+        issued = []
+        for key in queryset.filter(revoked_at__isnull=True).select_related("app__team__tenant"):
+            secret = key_rotate(key, now=now, overlap_seconds=overlap_seconds)
+            self.log_change(request, key, "Rotated.")
+            issued.append((key, secret))
+        config_changed()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API keys rotated",
+            "issued": issued,
+            "overlap": duration_format(overlap_seconds) if overlap_seconds > 0 else "",
+            "changelist_url": reverse("admin:tenants_apikey_changelist"),
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/rotated_once.html", context)
+        add_never_cache_headers(response)
+        return response
 
 
 @admin.register(TenantMembership)
