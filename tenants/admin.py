@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
@@ -22,6 +23,7 @@ from django.utils.html import format_html
 from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
 from gateway.configfile.durations import duration_format
 from quotas.admin import bucket_inline
+from routing.models import Model
 from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
@@ -192,6 +194,31 @@ class AppAdmin(ConfigModelAdmin):
         return int(app.key_count)
 
 
+def catalogue_model_choices() -> list[tuple[str, str]]:
+    """Every model slug of the catalogue (public to every tenant), read when a form is built."""
+    rows = Model.objects.order_by("slug").values_list("slug", "is_active")
+    return [(slug, slug if active else f"{slug} (inactive)") for slug, active in rows]
+
+
+class AllowedModelsField(forms.MultipleChoiceField):
+    """A key's ``allowed_models`` picked from the catalogue: a slug that is not there (a stale
+    or forged form) is refused as ``loadconfig`` refuses it."""
+
+    default_error_messages = {"invalid_choice": "unknown model '%(value)s'"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.CheckboxSelectMultiple)
+        kwargs.setdefault(
+            "help_text", "The models this key may use; none ticked means every model."
+        )
+        super().__init__(choices=catalogue_model_choices, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        # A row saved before validation may hold one slug as a plain string.
+        return [value] if isinstance(value, str) else value
+
+
 class ApiKeyStatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
@@ -235,6 +262,11 @@ class ApiKeyAdmin(ConfigModelAdmin):
     inlines = [bucket_inline("api_key")]
     tenant_lookup = "app__team__tenant_id"
     tenant_access = Access.EDIT
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "allowed_models":
+            return AllowedModelsField(label="Allowed models")
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         editable = ["app", "name", "allowed_models", "expires_at"]
