@@ -27,7 +27,8 @@ from routing.models import Model
 from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
-from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline
+from tenants.onboarding import NotATenantUser, tenant_admin_make
+from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline, tenant_member
 
 
 @admin.register(Partner)
@@ -45,6 +46,13 @@ class PartnerAdmin(ConfigModelAdmin):
     @admin.display(description="tenants", ordering="tenant_count")
     def tenant_count(self, partner: Any) -> int:
         return int(partner.tenant_count)
+
+
+class TenantAdminForm(forms.Form):
+    email = forms.EmailField(help_text="Also the account's username.")
+    role = forms.ChoiceField(
+        choices=TenantMembership.Role.choices, initial=TenantMembership.Role.ADMIN
+    )
 
 
 class TeamInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
@@ -84,6 +92,7 @@ class TenantAdmin(ConfigModelAdmin):
     ]
     readonly_fields = ["created_at", "activity", "saturation"]
     inlines = [TeamInline, bucket_inline("tenant")]
+    actions = ["make_tenant_admin"]
     # A member sees their own tenant and may pick its default sort (G13); its name, weight
     # (its share of contended capacity, D2), state and reseller are the platform's to set.
     tenant_lookup = "pk"
@@ -111,6 +120,43 @@ class TenantAdmin(ConfigModelAdmin):
             return "—"
         url = reverse("ops:tenant-saturation", args=[tenant.name])
         return format_html('<a href="{}">limits and charts</a>', url)
+
+    def has_membership_permission(self, request: HttpRequest) -> bool:
+        # Making members is the platform's: tenant members never see the memberships.
+        return tenant_member(request.user) is None and bool(
+            request.user.has_perm("tenants.add_tenantmembership")
+        )
+
+    @admin.action(
+        description="Make a tenant admin of the selected tenant…", permissions=["membership"]
+    )
+    def make_tenant_admin(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> Any:
+        """What ``manage.py tenant_admin TENANT EMAIL`` does, from a form in the admin."""
+        tenants = list(queryset[:2])
+        if len(tenants) != 1:
+            self.message_user(request, "Select exactly one tenant.", messages.WARNING)
+            return None
+        tenant = tenants[0]
+        form = TenantAdminForm(request.POST if "email" in request.POST else None)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Make a tenant admin of {tenant.name}",
+            "tenant": tenant,
+            "form": form,
+            "grant": None,
+        }
+        if form.is_valid():
+            try:
+                grant = tenant_admin_make(tenant=tenant, **form.cleaned_data)
+            except NotATenantUser as error:
+                form.add_error("email", str(error))
+            else:
+                self.log_change(request, tenant, f"Made {grant.user.username} a member.")
+                context["grant"] = grant
+        response = TemplateResponse(request, "admin/tenants/tenant/make_tenant_admin.html", context)
+        add_never_cache_headers(response)  # it may show a generated password
+        return response
 
 
 # A workload class sets a request's weight and queue contract: the platform assigns it.
