@@ -97,7 +97,10 @@ def test_the_list_filters_by_app_key_model_provider_status_and_time(personas: Pe
     assert listed(client, model="acme/chat-small") == {failed.id}
     assert listed(client, provider="beta") == {other_app.id}
     assert listed(client, status_class="5xx") == {failed.id}
-    window = {"created_at__gte": "2030-01-01 00:01:30+00:00", "created_at__lt": "2030-01-02"}
+    window = {
+        "created_at__gte": "2030-01-01 00:01:30+00:00",
+        "created_at__lt": "2030-01-02 00:00:00+00:00",
+    }
     assert listed(client, **window) == {other_app.id, failed.id}
 
 
