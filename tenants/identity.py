@@ -111,7 +111,9 @@ def key_index_build() -> KeyIndex:
         )
         by_prefix[key.prefix].append((key.secret_hash, principal))
         by_id[key.pk] = principal
-        if key.previous_secret_hash and key.previous_valid_until is not None:
+        # (A file that names the key's secret may have set it back as the current one.)
+        previous = key.previous_secret_hash
+        if previous and previous != key.secret_hash and key.previous_valid_until is not None:
             # A rotated key's old secret: the same caller, usable until its overlap ends (or
             # the key expires, if sooner); checked by identify's clock like any expiry.
             until = key.previous_valid_until.timestamp()

@@ -160,3 +160,18 @@ def test_a_member_cannot_rotate_another_tenants_key(personas: Personas) -> None:
 
     globex_key.refresh_from_db()
     assert globex_key.secret_hash == hash_before
+
+
+def test_a_secret_set_back_as_current_does_not_expire_with_the_overlap(
+    personas: Personas,
+) -> None:
+    key = acme_web_key()
+    rotate(personas.client(personas.staff), key)
+    key.refresh_from_db()
+    # loadconfig writes the file's secret back (the file is the source of truth for it).
+    ApiKey.objects.filter(pk=key.pk).update(secret_hash=key_hash(ACME_KEY), prefix=ACME_KEY[:12])
+
+    index = key_index_build()
+
+    assert key.previous_valid_until is not None
+    assert index.identify(ACME_KEY, now=key.previous_valid_until.timestamp() + 1) is not None
