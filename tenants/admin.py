@@ -338,9 +338,8 @@ class ApiKeyAdmin(ConfigModelAdmin):
         return key.tenant
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # A2: keys are revoked, never deleted (the ledger names them; a revocation is undone by
-        # no one). Without this permission Django also refuses to delete an app, team or tenant
-        # that still has keys, as it would delete them with it.
+        # A2: keys are revoked, never deleted (ledger rows name them). Without this permission
+        # Django's delete pages also refuse an app, team or tenant that still has keys.
         return False
 
     @admin.display(description="old secret works until")
