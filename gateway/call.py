@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.decision import BucketState
 from quotas.core.estimate import Demand
@@ -50,6 +51,8 @@ class Call:
     ttft: float | None = None
     reason: str = ""  # Switchyard's reason code for the outcome
     explanation: list[str] = field(default_factory=list)  # why endpoints were passed over
+    # One entry per attempt, for the ledger's timeline: provider, model, outcome, durations (ms).
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     broken: frozenset[str] = frozenset()  # endpoints planned behind an open breaker (G7)
     recorded: bool = False  # its generation (ledger row) was written
 

@@ -402,6 +402,7 @@ async def _serve(
     rng = random.Random()
     model = _require_model(call)
     while True:
+        waited_before = call.queue_wait
         admitted = await admit(call, snapshot, body, candidates, broker)
         async with _owned(admitted, broker):
             call.attempts += 1
@@ -410,11 +411,16 @@ async def _serve(
             except asyncio.CancelledError:  # the client left: the upstream call went with it
                 await _abandoned(call, admitted, broker)
                 raise
-            metrics.child(
-                metrics.ATTEMPTS,
-                admitted.endpoint.provider.name,
-                attempt.failure.outcome.value if attempt.failure else "ok",
-            ).inc()
+            outcome = attempt.failure.outcome.value if attempt.failure else "ok"
+            metrics.child(metrics.ATTEMPTS, admitted.endpoint.provider.name, outcome).inc()
+            step = {
+                "provider": admitted.endpoint.provider.name,
+                "model": admitted.endpoint.model_slug,
+                "outcome": outcome if attempt.sent else "unsupported",
+                "queue_wait_ms": round((call.queue_wait - waited_before) * 1000, 1),
+                "ms": round(attempt.seconds * 1000, 1),
+            }
+            call.timeline.append(step)
             if attempt.ok:
                 if attempt.stream is not None:
                     return _stream_response(call, attempt, admitted, broker, live)
@@ -469,6 +475,7 @@ async def _serve(
                 breaker_open=admitted.endpoint.key in call.broken,
             )
             call.explanation.append(f"{admitted.endpoint.provider.name}:{failure.outcome.value}")
+            step["next"] = decision.next.value
             if decision.next is Next.GIVE_UP:
                 attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
                 raise attempt.error

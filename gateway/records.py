@@ -85,6 +85,9 @@ def generation_record(
                 "explanation": call.explanation,
                 "route": call.route,
                 "shadow_refusals": call.shadow_refusals,
+                "queue_wait_ms": round(call.queue_wait * 1000, 1),
+                "degraded_from": call.degraded_from,
+                "attempts": call.timeline,
             },
         },
     )

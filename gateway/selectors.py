@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Q, QuerySet
 
@@ -57,20 +58,23 @@ class ActivityPage:
     next: Cursor | None  # where the next (older) page starts; None on the last page
 
 
-def generation_list(
+def generation_rows(
     *,
     tenant_id: int,
     model: str = "",
     provider: str = "",
     status: str = "",
-    before: Cursor | None = None,
-    limit: int = 50,
-) -> ActivityPage:
-    """A page of the tenant's requests, newest first, filtered by model / provider / status.
+    app: int | None = None,
+    key: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Generation]:
+    """The tenant's requests matching the activity filters, in no particular order.
 
-    ``status`` is "", "ok", "4xx", "5xx" or an exact code ("429").
+    ``status`` is "", "ok", "4xx", "5xx" or an exact code ("429"); ``app`` and ``key`` are ids
+    (of this tenant's: another tenant's id matches nothing); ``since`` ≤ created_at < ``until``.
     """
-    rows: QuerySet[Generation] = Generation.objects.filter(tenant_id=tenant_id).defer("detail")
+    rows: QuerySet[Generation] = Generation.objects.filter(tenant_id=tenant_id)
     if model:
         rows = rows.filter(model=model)
     if provider:
@@ -79,6 +83,26 @@ def generation_list(
         rows = rows.filter(STATUS_CLASSES[status])
     elif status.isdigit():
         rows = rows.filter(status=int(status))
+    if app is not None:
+        rows = rows.filter(app_id=app)
+    if key is not None:
+        rows = rows.filter(api_key_id=key)
+    if since is not None:
+        rows = rows.filter(created_at__gte=since)
+    if until is not None:
+        rows = rows.filter(created_at__lt=until)
+    return rows
+
+
+def generation_list(
+    *,
+    tenant_id: int,
+    before: Cursor | None = None,
+    limit: int = 50,
+    **filters: Any,
+) -> ActivityPage:
+    """A page of the tenant's requests, newest first, filtered as ``generation_rows`` filters."""
+    rows = generation_rows(tenant_id=tenant_id, **filters).defer("detail")
     if before is not None:
         rows = rows.filter(
             Q(created_at__lt=before.created_at) | Q(created_at=before.created_at, id__lt=before.id)

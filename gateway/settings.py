@@ -228,6 +228,8 @@ PROVIDER_HEADROOM_SECONDS = env_float("PROVIDER_HEADROOM_SECONDS", 1.0)
 LEARN_PROVIDER_CONCURRENCY = env_bool("LEARN_PROVIDER_CONCURRENCY", True)
 # E3: how long an Idempotency-Key is remembered after its first request (seconds).
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
+# A2: how long a rotated API key's old secret keeps working beside the new one (seconds).
+KEY_ROTATION_OVERLAP_SECONDS = env_float("KEY_ROTATION_OVERLAP_SECONDS", 24 * 3600)
 # How often each process checks the configuration version in Redis (seconds).
 CONFIG_POLL_INTERVAL = env_float("CONFIG_POLL_INTERVAL", 0.5)
 # Bearer tokens a Prometheus server sends for /metrics (comma-separated, so one can be rotated

@@ -243,3 +243,25 @@ def bucket_levels(
         return Levels(rows=[], error=f"{error} {note}".strip())
     rows = [level_row(b, lv, now) for (b, _), lv in zip(counted, levels, strict=True)]
     return Levels(rows=rows, error=note)
+
+
+def bucket_level_text(bucket: Bucket) -> str:
+    """One bucket's live level in a sentence, for its admin page; when Redis cannot be read,
+    that is what the sentence says (the page still renders)."""
+    try:
+        spec = broker_spec(bucket)
+    except UNBUILDABLE as exc:
+        return f"Not counted by the broker: its configuration is invalid ({exc})."
+    try:
+        [level], now = store_levels([spec])
+    except (RedisError, OSError) as exc:
+        return f"Live level unavailable: Redis did not answer ({type(exc).__name__})."
+    row = level_row(bucket, level, now)
+    text = f"{row.available_text} of {row.capacity_text} {row.dimension_text} available"
+    if row.used_fraction is not None:
+        text += f" ({row.used_percent:g} % used)"
+    if row.paused_text:
+        text += f"; paused for {row.paused_text}"
+    if row.full_in_text:
+        text += f"; full again in {row.full_in_text}"
+    return text + "."

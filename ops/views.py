@@ -5,11 +5,12 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from gateway.selectors import Cursor, generation_list
+from gateway.selectors import Cursor, generation_list, generation_rows
+from ops.export import generations_csv
 from ops.forms import ActivityFilterForm
 from ops.saturation import saturation_page
 from ops.selectors import SPANS
@@ -19,11 +20,15 @@ from tenants.scoping import tenant_get_visible, tenant_member
 ACTIVITY_PAGE_SIZE = 50
 
 
-def tenant_activity(request: HttpRequest, tenant: str) -> HttpResponse:
-    """A tenant's recent requests, newest first, filterable, paged by keyset (G15, H3)."""
+def tenant_activity(request: HttpRequest, tenant: str) -> HttpResponse | StreamingHttpResponse:
+    """A tenant's recent requests, newest first, filterable, paged by keyset (G15, H3); with
+    ``format=csv``, every request matching the filters as a CSV download."""
     owner = tenant_get_visible(user=request.user, name=tenant)
-    form = ActivityFilterForm(request.GET or None)
-    filters = form.filters()
+    form = ActivityFilterForm(request.GET or None, tenant=owner)
+    filters, query = form.filters(), form.query()
+    if request.GET.get("format") == "csv":
+        rows = generation_rows(tenant_id=owner.pk, **filters).order_by("-created_at", "-id")
+        return generations_csv(rows, f"{owner.name}-activity.csv")
     before = Cursor.decode(request.GET.get("before", ""))
     page = generation_list(tenant_id=owner.pk, before=before, limit=ACTIVITY_PAGE_SIZE, **filters)
     context = {
@@ -34,10 +39,9 @@ def tenant_activity(request: HttpRequest, tenant: str) -> HttpResponse:
         "tab_label": "Activity",
         "form": form,
         "rows": page.rows,
-        "first_url": f"?{urlencode(filters)}" if before is not None else None,
-        "next_url": f"?{urlencode({**filters, 'before': page.next.encode()})}"
-        if page.next
-        else None,
+        "csv_url": f"?{urlencode({**query, 'format': 'csv'})}",
+        "first_url": f"?{urlencode(query)}" if before is not None else None,
+        "next_url": f"?{urlencode({**query, 'before': page.next.encode()})}" if page.next else None,
     }
     return TemplateResponse(request, "ops/tenant_activity.html", context)
 

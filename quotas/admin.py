@@ -14,10 +14,12 @@ from django.contrib import admin
 from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from gateway.configfile.admin_base import ConfigModelAdmin
 from gateway.configfile.durations import duration_format
 from gateway.configfile.names import bucket_qualifier, scope_name
+from ops.levels import bucket_level_text
 from quotas.models import Bucket, WorkloadClass
 from tenants.scoping import Access, TenantScopedInline, tenant_member
 
@@ -106,8 +108,13 @@ class BucketForm(forms.ModelForm):  # type: ignore[type-arg]
         fields = [*SCOPED_FIELDS, "scope_kind", *Bucket.SCOPE_FIELDS]
 
     def scope(self) -> tuple[str, models.Model | None]:
-        kind = self.cleaned_data.get("scope_kind") or ""
-        return kind, self.cleaned_data.get(kind) if kind else None
+        # On a change page the kind is read-only, so it is the instance's.
+        kind = self.cleaned_data.get("scope_kind") or self.instance.scope_kind or ""
+        if not kind:
+            return "", None
+        if kind in self.cleaned_data:
+            return kind, self.cleaned_data[kind]
+        return kind, getattr(self.instance, kind, None)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -152,7 +159,8 @@ class BucketAdmin(ConfigModelAdmin):
         "provider",
         "model",
     ]
-    autocomplete_fields = [*Bucket.SCOPE_FIELDS]
+    # The scope is one plain select of the chosen kind's objects (see get_fieldsets): it works
+    # without JavaScript, and a member's choices are their own tenant's.
     fieldsets = [
         (None, {"fields": ["name", "source", "shadow"]}),
         ("Scope", {"fields": ["scope_kind", *Bucket.SCOPE_FIELDS]}),
@@ -173,15 +181,64 @@ class BucketAdmin(ConfigModelAdmin):
         return obj.scope_kind in MEMBER_SCOPES
 
     def get_fieldsets(self, request: HttpRequest, obj: Bucket | None = None) -> Any:
+        """The scope part asks for one scope: the kind, then the one field of that kind (the
+        bucket's own on its change page; on the add page the kind chosen by a link or posted)."""
         fieldsets = super().get_fieldsets(request, obj)
-        if tenant_member(request.user) is None:
-            return fieldsets
-        shown = [*MEMBER_SCOPES, *([obj.scope_kind] if obj else [])]
-        scope_fields = ["scope_kind", *(f for f in Bucket.SCOPE_FIELDS if f in shown)]
+        kind = self.scope_kind_of(request, obj)
+        scope_fields = ["scope_kind", *([kind] if kind else [])]
+        live = ["live_level"] if obj is not None else []
+        description = None if kind else self.scope_kind_links(request)
         return [
-            (name, {**options, "fields": scope_fields}) if name == "Scope" else (name, options)
+            (name, {**options, "fields": scope_fields, "description": description})
+            if name == "Scope"
+            else (name, {**options, "fields": [*options["fields"], *live]})
+            if name is None
+            else (name, options)
             for name, options in fieldsets
         ]
+
+    def scope_kind_of(self, request: HttpRequest, obj: Bucket | None) -> str:
+        """The scope kind this page asks for, if it is one the reader may use."""
+        if obj is not None:
+            kind = obj.scope_kind
+        else:
+            kind = (request.POST if request.method == "POST" else request.GET).get("scope_kind", "")
+        if kind not in Bucket.SCOPE_FIELDS:
+            return ""
+        member = tenant_member(request.user) is not None
+        if member and obj is None and kind not in MEMBER_SCOPES:
+            return ""
+        return kind
+
+    def scope_kind_links(self, request: HttpRequest) -> str:
+        kinds = [
+            (value, label)
+            for value, label in Bucket.ScopeKind.choices
+            if tenant_member(request.user) is None or value in MEMBER_SCOPES
+        ]
+        links = format_html_join(
+            " · ", '<a href="?scope_kind={}">{}</a>', ((v, label) for v, label in kinds)
+        )
+        return format_html("A limit applies to one scope. Add one for: {}", links)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            # Another scope is another limit: add it anew (names and levels follow the scope).
+            fields += [f for f in ("scope_kind", *Bucket.SCOPE_FIELDS) if f not in fields]
+        return [*fields, "live_level"]
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        if request.GET.get("scope_kind") not in Bucket.SCOPE_FIELDS:
+            initial.pop("scope_kind", None)
+        return initial
+
+    @admin.display(description="live level")
+    def live_level(self, bucket: Bucket) -> str:
+        if bucket.pk is None:
+            return "—"
+        return bucket_level_text(bucket)
 
     def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "scope_kind" and tenant_member(request.user) is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -19,10 +21,14 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
+from gateway.configfile.durations import duration_format
 from quotas.admin import bucket_inline
+from routing.models import Model
 from tenants.keys import key_generate, key_hash, key_prefix
+from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
-from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline
+from tenants.onboarding import NotATenantUser, tenant_admin_make
+from tenants.scoping import Access, TenantScopedAdmin, TenantScopedInline, tenant_member
 
 
 @admin.register(Partner)
@@ -40,6 +46,13 @@ class PartnerAdmin(ConfigModelAdmin):
     @admin.display(description="tenants", ordering="tenant_count")
     def tenant_count(self, partner: Any) -> int:
         return int(partner.tenant_count)
+
+
+class TenantAdminForm(forms.Form):
+    email = forms.EmailField(help_text="Also the account's username.")
+    role = forms.ChoiceField(
+        choices=TenantMembership.Role.choices, initial=TenantMembership.Role.ADMIN
+    )
 
 
 class TeamInline(TenantScopedInline, admin.TabularInline):  # type: ignore[type-arg]
@@ -79,6 +92,7 @@ class TenantAdmin(ConfigModelAdmin):
     ]
     readonly_fields = ["created_at", "activity", "saturation"]
     inlines = [TeamInline, bucket_inline("tenant")]
+    actions = ["make_tenant_admin"]
     # A member sees their own tenant and may pick its default sort (G13); its name, weight
     # (its share of contended capacity, D2), state and reseller are the platform's to set.
     tenant_lookup = "pk"
@@ -106,6 +120,43 @@ class TenantAdmin(ConfigModelAdmin):
             return "—"
         url = reverse("ops:tenant-saturation", args=[tenant.name])
         return format_html('<a href="{}">limits and charts</a>', url)
+
+    def has_membership_permission(self, request: HttpRequest) -> bool:
+        # Making members is the platform's: tenant members never see the memberships.
+        return tenant_member(request.user) is None and bool(
+            request.user.has_perm("tenants.add_tenantmembership")
+        )
+
+    @admin.action(
+        description="Make a tenant admin of the selected tenant…", permissions=["membership"]
+    )
+    def make_tenant_admin(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> Any:
+        """What ``manage.py tenant_admin TENANT EMAIL`` does, from a form in the admin."""
+        tenants = list(queryset[:2])
+        if len(tenants) != 1:
+            self.message_user(request, "Select exactly one tenant.", messages.WARNING)
+            return None
+        tenant = tenants[0]
+        form = TenantAdminForm(request.POST if "email" in request.POST else None)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Make a tenant admin of {tenant.name}",
+            "tenant": tenant,
+            "form": form,
+            "grant": None,
+        }
+        if form.is_valid():
+            try:
+                grant = tenant_admin_make(tenant=tenant, **form.cleaned_data)
+            except NotATenantUser as error:
+                form.add_error("email", str(error))
+            else:
+                self.log_change(request, tenant, f"Made {grant.user.username} a member.")
+                context["grant"] = grant
+        response = TemplateResponse(request, "admin/tenants/tenant/make_tenant_admin.html", context)
+        add_never_cache_headers(response)  # it may show a generated password
+        return response
 
 
 # A workload class sets a request's weight and queue contract: the platform assigns it.
@@ -189,6 +240,31 @@ class AppAdmin(ConfigModelAdmin):
         return int(app.key_count)
 
 
+def catalogue_model_choices() -> list[tuple[str, str]]:
+    """Every model slug of the catalogue (public to every tenant), read when a form is built."""
+    rows = Model.objects.order_by("slug").values_list("slug", "is_active")
+    return [(slug, slug if active else f"{slug} (inactive)") for slug, active in rows]
+
+
+class AllowedModelsField(forms.MultipleChoiceField):
+    """A key's ``allowed_models`` picked from the catalogue: a slug that is not there (a stale
+    or forged form) is refused as ``loadconfig`` refuses it."""
+
+    default_error_messages = {"invalid_choice": "unknown model '%(value)s'"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.CheckboxSelectMultiple)
+        kwargs.setdefault(
+            "help_text", "The models this key may use; none ticked means every model."
+        )
+        super().__init__(choices=catalogue_model_choices, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        # A row saved before validation may hold one slug as a plain string.
+        return [value] if isinstance(value, str) else value
+
+
 class ApiKeyStatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
@@ -228,26 +304,51 @@ class ApiKeyAdmin(ConfigModelAdmin):
     search_fields = ["prefix", "name", "app__name", "app__team__name", "app__team__tenant__name"]
     autocomplete_fields = ["app"]
     list_select_related = ["app__team__tenant"]
-    actions = ["revoke_keys"]
+    actions = ["revoke_keys", "rotate_keys", "rotate_keys_now"]
     inlines = [bucket_inline("api_key")]
     tenant_lookup = "app__team__tenant_id"
     tenant_access = Access.EDIT
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "allowed_models":
+            return AllowedModelsField(label="Allowed models")
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         editable = ["app", "name", "allowed_models", "expires_at"]
         if obj is None:
             return editable
-        return ["prefix", *editable, "created_at", "revoked_at", "status"]
+        return [
+            "prefix",
+            *editable,
+            "created_at",
+            "revoked_at",
+            "previous_valid_until",
+            "status",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
         # Moving a key to another app would move it to another tenant: add a new key instead.
-        return ["prefix", "app", "created_at", "revoked_at", "status"]
+        return ["prefix", "app", "created_at", "revoked_at", "previous_valid_until", "status"]
 
     @admin.display(description="tenant", ordering="app__team__tenant__name")
     def tenant(self, key: ApiKey) -> Tenant:
         return key.tenant
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A2: keys are revoked, never deleted (ledger rows name them). Without this permission
+        # Django's delete pages also refuse an app, team or tenant that still has keys.
+        return False
+
+    @admin.display(description="old secret works until")
+    def previous_valid_until(self, key: ApiKey) -> str:
+        if not key.previous_secret_hash or key.previous_valid_until is None:
+            return "—"
+        if key.previous_valid_until <= timezone.now():
+            return "— (overlap ended)"
+        return f"{key.previous_valid_until:%Y-%m-%d %H:%M:%S} UTC ({key.previous_prefix}…)"
 
     @admin.display(description="status")
     def status(self, key: ApiKey) -> str:
@@ -286,12 +387,50 @@ class ApiKeyAdmin(ConfigModelAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        now = timezone.now()
         live = list(queryset.filter(revoked_at__isnull=True))
-        ApiKey.objects.filter(pk__in=[key.pk for key in live]).update(revoked_at=timezone.now())
         for key in live:
+            key_revoke(key, now=now)
             self.log_change(request, key, "Revoked.")
         config_changed()
         self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+    @admin.action(
+        description="Rotate selected keys (the old secrets work for the overlap)",
+        permissions=["change"],
+    )
+    def rotate_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse:
+        return self._rotate(request, queryset, settings.KEY_ROTATION_OVERLAP_SECONDS)
+
+    @admin.action(
+        description="Rotate selected keys now (the old secrets stop at once)",
+        permissions=["change"],
+    )
+    def rotate_keys_now(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> HttpResponse:
+        return self._rotate(request, queryset, 0)
+
+    def _rotate(
+        self, request: HttpRequest, queryset: QuerySet[ApiKey], overlap_seconds: float
+    ) -> HttpResponse:
+        """New secrets, shown on the page that answers the action, as for a new key."""
+        now = timezone.now()
+        issued = []
+        for key in queryset.filter(revoked_at__isnull=True).select_related("app__team__tenant"):
+            secret = key_rotate(key, now=now, overlap_seconds=overlap_seconds)
+            self.log_change(request, key, "Rotated.")
+            issued.append((key, secret))
+        config_changed()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API keys rotated",
+            "issued": issued,
+            "overlap": duration_format(overlap_seconds) if overlap_seconds > 0 else "",
+            "changelist_url": reverse("admin:tenants_apikey_changelist"),
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/rotated_once.html", context)
+        add_never_cache_headers(response)
+        return response
 
 
 @admin.register(TenantMembership)

@@ -7,7 +7,7 @@ a dict lookup and a constant-time hash comparison — no database query per requ
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tenants.keys import KEY_TYPE_PREFIX, key_hash, key_matches, key_prefix
 from tenants.models import ApiKey
@@ -111,4 +111,13 @@ def key_index_build() -> KeyIndex:
         )
         by_prefix[key.prefix].append((key.secret_hash, principal))
         by_id[key.pk] = principal
+        old_hash = key.previous_secret_hash
+        # Skipped when a file set the old secret back as the current one (loadconfig).
+        if old_hash and old_hash != key.secret_hash and key.previous_valid_until is not None:
+            # A rotated key's old secret: the same caller, usable until its overlap ends (or
+            # the key expires, if sooner); checked by identify's clock like any expiry.
+            until = key.previous_valid_until.timestamp()
+            if principal.expires_at is not None:
+                until = min(until, principal.expires_at)
+            by_prefix[key.previous_prefix].append((old_hash, replace(principal, expires_at=until)))
     return KeyIndex({prefix: tuple(entries) for prefix, entries in by_prefix.items()}, by_id)

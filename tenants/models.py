@@ -111,7 +111,8 @@ def allowed_models_check(value: object) -> list[str]:
 class ApiKey(ConfigRules, models.Model):
     """A2: the secret is shown once; only its SHA-256 and a short public prefix are stored."""
 
-    app = models.ForeignKey(App, on_delete=models.CASCADE, related_name="keys")
+    # PROTECT: keys are revoked, never deleted, so neither is the app (team, tenant) of one.
+    app = models.ForeignKey(App, on_delete=models.PROTECT, related_name="keys")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, db_index=True, editable=False)
     secret_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -123,6 +124,11 @@ class ApiKey(ConfigRules, models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The secret a rotation replaced keeps working until ``previous_valid_until`` (the overlap
+    # lets callers switch to the new one without an outage); one previous secret at a time.
+    previous_secret_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    previous_prefix = models.CharField(max_length=16, blank=True, default="", editable=False)
+    previous_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     # The name is part of the key's bucket names (``api_key:acme/search/web/ci:…``).
     config_rules = {"name": slug, "allowed_models": allowed_models_check}

@@ -83,7 +83,6 @@ def test_it_shows_a_new_keys_secret_once_and_stores_its_hash(admin_client: Clien
         {
             "app": app.pk,
             "name": "laptop",
-            "allowed_models": "[]",
             "expires_at_0": "",
             "expires_at_1": "",
         },
@@ -110,7 +109,7 @@ def test_it_does_not_let_the_hash_or_prefix_be_edited(admin_client: Client) -> N
         url(ApiKey, "change", key.pk),
         {
             "name": "ci",
-            "allowed_models": '["acme/chat-small"]',
+            "allowed_models": ["acme/chat-small"],
             "expires_at_0": "",
             "expires_at_1": "",
             "prefix": "sk-sy-forged",

@@ -35,7 +35,7 @@ from tests.e2e.routing_support import (
     sim_delta,
     sim_requests,
 )
-from tests.stack import Stack, free_port
+from tests.stack import Stack, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -178,6 +178,30 @@ def test_it_falls_back_in_order_unless_allow_fallbacks_is_false(stack):
     assert strict_attempts["gamma", "chat-small"] == int(strict.headers["x-switchyard-attempts"])
     assert served_by(fallback) == "alpha"
     assert fallback.headers["x-switchyard-attempts"] == "2"
+    # The ledger's attempt timeline (the admin's generation page) tells the same story.
+    timeline = stored_timeline(stack, fallback.json()["id"])
+    assert [(a["provider"], a["outcome"], a.get("next")) for a in timeline] == [
+        ("gamma", failed_outcome(timeline[0]), "next_endpoint"),
+        ("alpha", "ok", None),
+    ]
+    assert all(a["ms"] > 0 and a["model"] == "e2e/small" for a in timeline)
+
+
+def failed_outcome(attempt: dict) -> str:
+    assert attempt["outcome"] != "ok", attempt
+    return str(attempt["outcome"])
+
+
+def stored_timeline(stack: Stack, generation_id: str) -> list[dict]:
+    """The attempts the ledger row of a request keeps, once Celery has flushed it."""
+
+    def row() -> list:
+        return stack.sql("select detail from gateway_generation where id = %s", generation_id)
+
+    wait_until(lambda: bool(row()), timeout=15, what="the ledger row")
+    [(detail,)] = row()
+    detail = json.loads(detail) if isinstance(detail, str) else detail
+    return list(detail["attempts"])
 
 
 def test_it_plans_one_endpoint_when_allow_fallbacks_is_false(stack):

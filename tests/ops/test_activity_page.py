@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,7 +12,9 @@ from django.test import Client
 from django.urls import reverse
 
 from gateway.selectors import Cursor, generation_list
-from tests.personas import Personas, generation_create
+from tenants.keys import key_hash
+from tenants.models import ApiKey, App
+from tests.personas import ACME_KEY, Personas, generation_create
 
 
 def activity(tenant: str) -> str:
@@ -151,3 +155,67 @@ def test_the_page_leaves_room_for_more_tabs(personas: Personas) -> None:
     assert (saturation_tab.label, saturation_tab.active) == ("Saturation", False)
     assert saturation_tab.url == reverse("ops:tenant-saturation", args=["acme"])
     assert 'class="ops-tabs"' in page.content.decode()
+
+
+def _web_key_row(personas: Personas, n: int, **fields: Any) -> Any:
+    key = ApiKey.objects.get(secret_hash=key_hash(ACME_KEY))
+    return generation_create(personas.acme, n, app_id=key.app_id, api_key_id=key.pk, **fields)
+
+
+def test_it_filters_by_app_key_and_time_range(personas: Personas, ledger: None) -> None:
+    key = ApiKey.objects.get(secret_hash=key_hash(ACME_KEY))
+    _web_key_row(personas, 5, id="gen-acme-web-5")
+    _web_key_row(personas, 9, id="gen-acme-web-9")
+    client = personas.client(personas.alice)
+
+    by_key = client.get(activity("acme"), {"key": key.pk})
+    by_app = client.get(activity("acme"), {"app": key.app_id})
+    window = client.get(
+        activity("acme"), {"since": "2030-01-01T00:03", "until": "2030-01-01T00:09"}
+    )
+
+    assert ids(by_key) == ["gen-acme-web-9", "gen-acme-web-5"]
+    assert set(ids(by_key)) <= set(ids(by_app))
+    assert ids(window) == ["gen-acme-web-5", "gen-acme-0004", "gen-acme-0003"]
+    assert window.context["csv_url"].startswith("?since=2030-01-01T00%3A03&until=")
+
+
+def test_it_offers_only_the_tenants_own_apps_and_keys(personas: Personas, ledger: None) -> None:
+    page = personas.client(personas.alice).get(activity("acme"))
+
+    form = page.context["form"]
+    apps = {value for value, _ in form.fields["app"].choices if value}
+    keys = {value for value, _ in form.fields["key"].choices if value}
+    assert apps == set(App.objects.filter(team__tenant=personas.acme).values_list("pk", flat=True))
+    assert keys == set(
+        ApiKey.objects.filter(app__team__tenant=personas.acme).values_list("pk", flat=True)
+    )
+    globex_key = ApiKey.objects.filter(app__team__tenant=personas.globex).first()
+    foreign = personas.client(personas.alice).get(activity("acme"), {"key": globex_key.pk})
+    assert foreign.context["form"].errors  # not one of acme's: refused, and ignored
+
+
+def test_it_exports_the_filtered_requests_as_csv(personas: Personas, ledger: None) -> None:
+    key = ApiKey.objects.get(secret_hash=key_hash(ACME_KEY))
+    _web_key_row(personas, 5, id="gen-acme-web-5", status=429)
+
+    answer = personas.client(personas.alice).get(
+        activity("acme"), {"status": "4xx", "format": "csv"}
+    )
+
+    assert answer.status_code == 200 and answer["Content-Type"].startswith("text/csv")
+    assert "acme-activity.csv" in answer["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(answer.streaming_content).decode())))
+    assert [r["id"] for r in rows] == ["gen-acme-web-5", "gen-acme-0003"]
+    assert (rows[0]["app"], rows[0]["key_prefix"], rows[0]["status"]) == (
+        key.app.name,
+        key.prefix,
+        "429",
+    )
+    assert {r["tenant"] for r in rows} == {"acme"}
+
+
+def test_another_tenants_csv_is_a_404(personas: Personas, ledger: None) -> None:
+    answer = personas.client(personas.carol).get(activity("acme"), {"format": "csv"})
+
+    assert answer.status_code == 404
