@@ -55,6 +55,9 @@ def test_postgresql_restart(deployment):
     assert figures.problems() == []
 
 
+# Not strict: a record is lost only when one sits in the Redis queue at the restart (one in
+# two runs here); it must never be.
+@pytest.mark.xfail(strict=False, reason=JOBSDB.format(6))
 def test_redis_restart_empty(deployment):
     def restart_empty():
         deployment.redis.kill()
