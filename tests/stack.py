@@ -8,8 +8,10 @@ starts is stopped by PID in ``stop()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -308,3 +310,103 @@ def staff_client(stack: Stack) -> httpx.Client:
         headers={"Referer": f"{stack.base_url}/admin/login/"},
     )
     return client
+
+
+class RedisServer:
+    """A redis-server of a test's own, which it may stop, kill and start again. Stopping saves
+    its data (``SHUTDOWN SAVE``) for the next start; killing loses it (a restart empty)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.port = free_port()
+        self.folder = folder
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self._answers, timeout=10, what="redis-server")
+
+    def _answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.5).ping())
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        """Shut down keeping the data: the next start loads it."""
+        assert self.process is not None
+        with contextlib.suppress(redis.ConnectionError):  # it hangs up as it goes
+            redis.Redis(port=self.port).shutdown(save=True)
+        self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL, data lost; remove any dump so the next start is empty."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        (self.folder / "dump.rdb").unlink(missing_ok=True)
+
+
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl, as scripts/lib.sh starts one) that a test
+    may restart or stop without disturbing the suite's own server."""
+
+    def __init__(self) -> None:
+        found = shutil.which("pg_ctl")
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        self.bin = Path(found).parent if found else (bins[-1] if bins else None)
+        if self.bin is None:
+            raise RuntimeError("PostgreSQL (initdb, pg_ctl) is not installed")
+        self.port = free_port()
+        # A folder of its own that the postgres user can reach (a test's tmp_path is not).
+        self.folder = Path(tempfile.mkdtemp(prefix="sy-pg-"))
+        self.folder.chmod(0o755)
+        self.data = self.folder / "pg"
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True)
+
+    def init(self) -> None:
+        self.data.mkdir(parents=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        self.start()
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.data / "server.log"), "-w",
+                  "-o", options, "start")  # fmt: skip
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def restart(self) -> None:
+        """Every server process ends and every connection with it, as a failover or upgrade."""
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.folder, ignore_errors=True)

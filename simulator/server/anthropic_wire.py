@@ -23,6 +23,7 @@ from simulator.server.common import (
     Headers,
     Parsed,
     Response,
+    caller_of,
     count_images,
     load_json_object,
     make_id,
@@ -106,7 +107,9 @@ class AnthropicWire:
             cache_control=b'"cache_control"' in body,
             follows_tool_result=_has_tool_result(messages[-1]),
         )
-        return Parsed(request, stream=bool(data.get("stream")))
+        metadata = data.get("metadata")
+        caller = caller_of(metadata.get("user_id")) if isinstance(metadata, dict) else None
+        return Parsed(request, stream=bool(data.get("stream")), caller=caller)
 
     # -- answers -----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from simulator.server.openai_wire import OpenAIWire
 
 TOKENS_PER_EVENT = 3  # tokens per SSE delta event: real providers send 1–4
 MIN_WRITE_INTERVAL = 0.02  # seconds between stream writes: high tps must not mean one write a token
+MAX_CALLERS = 100_000  # distinct callers counted by GET /_calls; later ones are not
 
 
 @dataclass
@@ -71,6 +73,9 @@ class ProviderApp:
         # gateway honours it (requests_ignoring_retry_after stays 0).
         self._retry_after_until = 0.0
         self._ignoring_retry_after = 0
+        # Calls received per caller (the body's end-user field), refused ones included: a fault
+        # test tags each of its requests and checks the provider saw one call per attempt.
+        self._calls: Counter[str] = Counter()
 
     def __call__(self, exchange: Exchange) -> None:
         request = exchange.request
@@ -85,9 +90,12 @@ class ProviderApp:
             return self._send(exchange, self.wire.model(path.removeprefix("/v1/models/")))
         if path == "/_stats" and method == "GET":
             return exchange.respond(200, [], orjson.dumps(self.stats()))
+        if path == "/_calls" and method == "GET":
+            return exchange.respond(200, [], orjson.dumps({"by_caller": self._calls}))
         if path == "/_reset" and method == "POST":
             self.behaviour.reset_counters()
             self._ignoring_retry_after = 0
+            self._calls.clear()
             return exchange.respond(200, [], b'{"reset": true}')
         if path == "/_incident" and method == "POST":
             return self._incident(exchange)
@@ -137,6 +145,10 @@ class ProviderApp:
         except BadRequest as error:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
+        if parsed.caller is not None and (
+            parsed.caller in self._calls or len(self._calls) < MAX_CALLERS
+        ):
+            self._calls[parsed.caller] += 1
         if now < self._retry_after_until:
             self._ignoring_retry_after += 1
         outcome = self.behaviour.admit(now, parsed.request)

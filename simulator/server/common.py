@@ -42,6 +42,9 @@ class Parsed:
     request: CompletionRequest
     stream: bool
     include_usage: bool = False
+    # The end user the client named (OpenAI ``user``, Anthropic ``metadata.user_id``): what
+    # ``GET /_calls`` counts calls by, so a test can tell how often one request reached us.
+    caller: str | None = None
 
 
 @dataclass
@@ -190,3 +193,7 @@ def count_images(value: Any) -> int:
             return 1
         return count_images(value.get("content"))
     return 0
+
+
+def caller_of(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -22,6 +22,7 @@ from simulator.server.common import (
     Headers,
     Parsed,
     Response,
+    caller_of,
     count_images,
     go_duration,
     load_json_object,
@@ -91,7 +92,12 @@ class OpenAIWire:
             follows_tool_result=isinstance(messages[-1], dict)
             and messages[-1].get("role") == "tool",
         )
-        return Parsed(request, stream=bool(data.get("stream")), include_usage=include_usage)
+        return Parsed(
+            request,
+            stream=bool(data.get("stream")),
+            include_usage=include_usage,
+            caller=caller_of(data.get("user")),
+        )
 
     # -- answers -----------------------------------------------------------------------------
 

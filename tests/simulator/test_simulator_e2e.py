@@ -391,3 +391,19 @@ def test_it_streams_an_openai_tool_call_in_argument_fragments(ports):
     assert len(calls) > 2  # the arguments arrive in pieces
     arguments = json.loads("".join(call[0].function.arguments or "" for call in calls))
     assert isinstance(arguments["city"], str) and 1 <= arguments["days"] <= 7
+
+
+def test_it_counts_calls_by_the_caller_each_request_names(ports):
+    base = url(ports, "oa")
+    httpx.post(f"{base}/_reset")
+    for user in ("req-1", "req-2", "req-2"):
+        oa(ports).chat.completions.create(model="fast", messages=HELLO, max_tokens=5, user=user)
+    oa(ports).chat.completions.create(model="fast", messages=HELLO, max_tokens=5)  # no caller
+    an(ports).messages.create(
+        model="fast", messages=HELLO, max_tokens=5, metadata={"user_id": "req-3"}
+    )
+
+    assert httpx.get(f"{base}/_calls").json() == {"by_caller": {"req-1": 1, "req-2": 2}}
+    assert httpx.get(f"{url(ports, 'an')}/_calls").json()["by_caller"]["req-3"] == 1
+    httpx.post(f"{base}/_reset")
+    assert httpx.get(f"{base}/_calls").json() == {"by_caller": {}}
