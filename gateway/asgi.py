@@ -8,6 +8,8 @@ Two Django handlers share one URLconf:
   no database connection in the loop's thread, so ``ProxyHandler`` drops the middleware chain
   and runs the request signals and ``response.close()`` inline.
 - the health probes (``gateway.probes``) answer before either handler: no Django request at all.
+- static files (``/static/…``, the admin's CSS and JavaScript) are answered by ServeStatic
+  (WhiteNoise's ASGI fork) from what ``collectstatic`` gathered, without entering Django.
 - everything else (admin, ops pages) runs Django's handler with the full middleware stack.
 Oversized bodies are refused here from their Content-Length, before Django buffers them.
 """
@@ -31,6 +33,7 @@ from django.core.exceptions import RequestAborted  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.urls import set_script_prefix  # noqa: E402
+from servestatic import ServeStaticASGI  # noqa: E402
 
 from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
@@ -39,6 +42,7 @@ from gateway.probes import probe  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
 
 Scope = dict[str, Any]
+STATIC_PREFIX = "/" + settings.STATIC_URL.strip("/") + "/"
 
 
 class ProxyHandler(ASGIHandler):
@@ -93,6 +97,9 @@ class ProxyHandler(ASGIHandler):
 
 proxy_handler = ProxyHandler()
 site_handler = ASGIHandler()
+# Hashed names (base.96c479cedf7a.css) are cached for good, others for a minute; a path it does
+# not hold goes on to Django (its 404 page).
+static_handler = ServeStaticASGI(site_handler, root=settings.STATIC_ROOT, prefix=STATIC_PREFIX)
 
 
 async def application(scope: Scope, receive: Any, send: Any) -> None:
@@ -105,6 +112,8 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
             await proxy_handler(scope, receive, send)
     elif scope["type"] == "http" and scope["path"] in PROBE_PATHS:
         await probe(scope, send)
+    elif scope["type"] == "http" and scope["path"].startswith(STATIC_PREFIX):
+        await static_handler(scope, receive, send)
     else:
         await site_handler(scope, receive, send)
 

@@ -190,7 +190,14 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
+# Filled by ``manage.py collectstatic`` (scripts/demo and scripts/test run it) and served from
+# there by gateway/asgi.py. Names carry a hash of the content, so browsers keep a file for good
+# (immutable); a gzip copy sits beside each. A page naming a file never collected is an error.
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],

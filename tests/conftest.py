@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from tests.stack import Stack, free_port
+from tests.stack import Stack, free_port, static_collect_once
 
 E2E_UPSTREAM_READ_TIMEOUT = 3.0
 
@@ -95,6 +95,12 @@ def _endpoint(provider: str) -> dict:
         "context_window": 32768,
         "max_output": 4096,
     }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _static_collected() -> None:
+    """Admin pages rendered in-process name the collected, hashed files, as in production."""
+    static_collect_once()
 
 
 @pytest.fixture(scope="session")

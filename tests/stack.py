@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 REFERENCE_CONFIG = ROOT / "config" / "switchyard.yaml"
 REFERENCE_MARKET = ROOT / "config" / "market.yaml"
+# The gateway serves the files ``collectstatic`` gathered here (gateway/settings.py STATIC_ROOT).
+STATIC_MANIFEST = ROOT / "var" / "static" / "staticfiles.json"
 PROVIDER_KEYS = {
     "ALPHA_API_KEY": "sim-alpha",
     "BETA_API_KEY": "sim-beta",
@@ -45,6 +47,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def static_collect_once() -> None:
+    """Collect the static files when they never were: scripts/test collects them afresh before
+    pytest; a bare ``pytest`` on a fresh clone collects them here (the admin renders their
+    hashed names, and a name missing from the manifest is an error)."""
+    if not STATIC_MANIFEST.exists():
+        subprocess.run(
+            [PYTHON, "manage.py", "collectstatic", "--noinput"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
 
 
 def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05) -> None:
@@ -116,6 +131,7 @@ class Stack:
 
     def start(self) -> Stack:
         (self.workdir / "metrics").mkdir(exist_ok=True)
+        static_collect_once()
         try:
             self._start_simulator()
             self._create_database()
