@@ -24,13 +24,13 @@ import logging
 import uuid
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, F, Min
 from django.http import HttpRequest
 
 from gateway.call import Call
+from gateway.db import database_work
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.models import Job
 
@@ -63,7 +63,7 @@ def wants_deferral(request: HttpRequest, call: Call) -> bool:
 async def job_submit(call: Call, body: dict[str, Any], session_id: str) -> Job:
     """Store the request as a job and hand it to a worker."""
     try:
-        return await sync_to_async(_job_create)(call, body, session_id)
+        return await database_work(_job_create)(call, body, session_id)
     except DatabaseError as exc:
         raise ServiceUnavailable("Switchyard cannot store jobs right now; retry shortly.") from exc
 
