@@ -4,10 +4,10 @@ Django drops a broken or aged connection at ``request_started`` / ``request_fini
 thread that sends them. The proxy sends them on the event loop's thread, which holds no
 connection; its queries run in asgiref's thread for sync code, whose connection was therefore
 never checked: after a PostgreSQL restart every proxy query failed on the dead socket
-("the connection is closed") until the process restarted. So each piece of the proxy's
-database work runs the same cleanup in its own thread, before and after; with
-``CONN_HEALTH_CHECKS`` the first query after it tries a kept connection and opens a new one
-when the server went away.
+("the connection is closed") until the process restarted. So each piece of the
+proxy's database work runs Django's cleanup (``close_old_connections``) in its own thread,
+before and after; with ``CONN_HEALTH_CHECKS`` the first query after it tries a kept connection
+and opens a new one when the server went away.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from functools import wraps
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import connections
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,13 +28,21 @@ def fresh_connection(work: Callable[P, R]) -> Callable[P, R]:
 
     @wraps(work)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        close_old_connections()
+        _connections_checked()
         try:
             return work(*args, **kwargs)
         finally:
-            close_old_connections()
+            _connections_checked()
 
     return run
+
+
+def _connections_checked() -> None:
+    """``close_old_connections`` for this thread, but never inside a caller's transaction
+    (a test's, say): dropping its connection would lose the transaction."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
 
 
 class FreshConnectionView:
