@@ -32,6 +32,7 @@ from gateway.dispatch import Attempt, attempt_send
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
+    BrokerUnavailable,
     CapacityRefused,
     GatewayError,
     InvalidRequest,
@@ -40,6 +41,7 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
+from gateway.faultlog import faults
 from gateway.models import Job
 from gateway.providers.base import Outcome, Usage
 from gateway.quality import tool_calls_malformed
@@ -160,8 +162,8 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         return await steps
     except RedisError:
         # The broker cannot promise capacity without its shared state: refuse, don't guess.
-        log.warning("Redis failed during a request", exc_info=True)
-        error = ServiceUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
+        faults.warning(log, "request:redis", "Redis failed during a request")
+        error = BrokerUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
         await idempotency.release(call)
