@@ -131,7 +131,7 @@ async def job_attempt(
 ) -> HttpResponse | CapacityRefused:
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
     capacity before the job's deadline — the refusal, so the job waits and tries again."""
-    call = Call(id=job.generation_id, created=job.created_at.timestamp())
+    call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries)
 
     async def steps() -> HttpResponse | CapacityRefused:
         snapshot = await _snapshot()
