@@ -173,8 +173,8 @@ LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
 JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 600.0)
 JOB_CONCURRENCY = env_int("JOB_CONCURRENCY", 200)
 JOB_TENANT_SHARE = env_float("JOB_TENANT_SHARE", 0.25)
-JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 90.0)
-JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 30.0)
+JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 30.0)  # renewed every third of it
+JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 10.0)
 # A finished job (its request and answer) is deleted this long after it finished (s).
 JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
 CELERY_BEAT_SCHEDULE = {

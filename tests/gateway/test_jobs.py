@@ -88,3 +88,10 @@ def test_it_forgets_finished_jobs_after_their_retention_but_never_a_waiting_one(
 
 def _fields(job: Job) -> dict:
     return {f.name: getattr(job, f.name) for f in Job._meta.fields}
+
+
+def test_it_runs_a_lost_run_again_in_the_same_resume_pass_that_finds_it(job):
+    jobs.job_lease(job.id, NOW)
+
+    # Not one resume interval later: the pass that sees the expired lease queues its task.
+    assert jobs.jobs_due(NOW + dt.timedelta(seconds=91)) == [job.id]
