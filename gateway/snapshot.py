@@ -18,6 +18,7 @@ from django.conf import settings
 
 from gateway import redis as sy_redis
 from gateway.db import database_work
+from gateway.faultlog import faults
 from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build
@@ -86,7 +87,7 @@ class SnapshotHolder:
             if current is None:
                 raise  # nothing to serve: the request fails, the next one tries again
             # Keep serving the last good configuration; the next poll tries again.
-            log.exception("configuration snapshot refresh failed")
+            faults.warning(log, "snapshot:refresh", "configuration snapshot refresh failed")
         finally:
             self._checked_at = time.monotonic()
 
