@@ -25,6 +25,7 @@ from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_
 from quotas.core.estimate import Corrections, Demand, demand_estimate
 from quotas.core.fairqueue import QueueReason, QueueRefusal
 from quotas.core.model import Grant, Reason, Refusal
+from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import EndpointEntry
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
@@ -101,8 +102,8 @@ async def admit(
             corrections=CORRECTIONS,
         )
         buckets = attempt_buckets(snapshot.quotas, call.principal, endpoint, model.id)
-        result = await broker.admit(
-            _reservation_id(call), buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
+        result = await _reserve(
+            call, broker, buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
         )
         if isinstance(result, Grant):
             return _admitted(call, endpoint, buckets, result, demand, body)
@@ -124,8 +125,9 @@ async def _wait(
         raise _refusal(call, best.refusal, best.demand, best.buckets)
     waiting_since = time.monotonic()
     try:
-        result = await broker.admit(
-            _reservation_id(call),
+        result = await _reserve(
+            call,
+            broker,
             best.buckets,
             demand_usage(best.demand, best.endpoint),
             _turn(call, wait=True),
@@ -214,6 +216,21 @@ def _refusal(
     )
 
 
+async def _reserve(
+    call: Call, broker: Broker, buckets: AttemptBuckets, usage: QuotaUsage, turn: Turn
+) -> Grant | QueueRefusal:
+    result = await broker.admit(_reservation_id(call), buckets, usage, turn)
+    if isinstance(result, Grant) and result.replayed and result.state != "active":
+        # That id's reservation is over (expired, settled): it holds nothing, so it is no
+        # grant to dispatch on; ask again under a new id.
+        result = await broker.admit(_reservation_id(call), buckets, usage, turn)
+    return result
+
+
 def _reservation_id(call: Call) -> str:
+    """Unique per request and run: a job's re-run after its worker died must not meet the dead
+    run's (expired) reservation again, replayed as if it were a grant that still holds."""
     call.admissions += 1
+    if call.run:
+        return f"{call.id}:{call.run}.{call.admissions}"
     return f"{call.id}:{call.admissions}"

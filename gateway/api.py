@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gateway.db import FreshConnectionView
 from gateway.errors import InvalidRequest, NotFound
 from gateway.models import Generation
 from gateway.selectors import generation_get
@@ -26,7 +27,7 @@ class GenerationQuery(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.RegexField(r"^gen-[A-Za-z0-9_-]+$", max_length=40)
 
 
-class GenerationDetail(APIView):
+class GenerationDetail(FreshConnectionView, APIView):
     renderer_classes = [JSONRenderer]
 
     def get(self, request: Request) -> Response:

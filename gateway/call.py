@@ -42,6 +42,7 @@ class Call:
     grant: Grant | None = None  # the current attempt's reservation
     demand: Demand | None = None  # what it was estimated to take (C2)
     admissions: int = 0  # reservations asked for (each has its own id)
+    run: int = 0  # a deferred job's run (its tries): a re-run never reuses a dead run's ids
     bucket_states: list[BucketState] = field(default_factory=list)  # tenant side, for H1
     binding_bucket: str = ""  # public name of the bucket that refused (H1)
     shadow_refusals: list[str] = field(default_factory=list)  # trial limits that would refuse

@@ -21,6 +21,7 @@
     │   └── UpstreamQuotaExhausted    503 upstream_quota_exhausted — the platform's provider
     │                                     account is out of quota or spend (not the caller's rate)
     ├── ServiceUnavailable            503 service_unavailable — Switchyard itself cannot serve
+    │   └── BrokerUnavailable         503 broker_unavailable — its rate-limit state (Redis) is away
     └── InternalError                 500 internal_error — a bug (logged with its traceback)
 
 The envelope is OpenAI's, so SDKs surface the message, plus Switchyard's ``reason`` code:
@@ -193,6 +194,12 @@ class ServiceUnavailable(GatewayError):
     status = 503
     type = "api_error"
     code = "service_unavailable"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    """Redis is away: no capacity can be promised (the body's code is the header's reason)."""
+
+    code = "broker_unavailable"
 
 
 class InternalError(GatewayError):

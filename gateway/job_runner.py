@@ -25,12 +25,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse
 from django.utils import timezone
 
 from gateway import jobs, pipeline
+from gateway.db import database_work
 from gateway.errors import CapacityRefused
 from gateway.models import Job
 
@@ -105,15 +105,15 @@ async def _run(job: Job) -> None:
             result = await pipeline.job_attempt(job, try_until=try_until, last_try=last_try)
         except Exception:  # a bug: the job fails once, it does not loop
             log.exception("job %s failed in its run", job.id)
-            await sync_to_async(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
+            await database_work(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
             return
         if isinstance(result, CapacityRefused):
             wait = min(max(result.retry_after or 0.0, WAIT_BOUNDS[0]), WAIT_BOUNDS[1])
             until = timezone.now() + dt.timedelta(seconds=wait)
-            await sync_to_async(jobs.job_wait)(job, until)
-            await sync_to_async(_later)(job.id, wait)
+            await database_work(jobs.job_wait)(job, until)
+            await database_work(_later)(job.id, wait)
             return
-        await sync_to_async(jobs.job_finish)(
+        await database_work(jobs.job_finish)(
             job, result.status_code, _stored(result), timezone.now()
         )
     except Exception:  # the database is away: the lease expires, the resume task retries
@@ -128,7 +128,7 @@ async def _renew_leases() -> None:
         await asyncio.sleep(settings.JOB_LEASE_SECONDS / 3)
         if _runs.tenants:
             try:
-                await sync_to_async(jobs.job_leases_extend)(list(_runs.tenants), timezone.now())
+                await database_work(jobs.job_leases_extend)(list(_runs.tenants), timezone.now())
             except Exception:
                 log.exception("renewing the leases of running jobs failed")
 

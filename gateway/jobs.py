@@ -24,13 +24,13 @@ import logging
 import uuid
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, F, Min
 from django.http import HttpRequest
 
 from gateway.call import Call
+from gateway.db import database_work
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.ledger import without_nul
 from gateway.models import Job
@@ -95,7 +95,7 @@ def _nul_path(value: Any, path: str) -> str | None:
 async def job_submit(call: Call, body: dict[str, Any], session_id: str) -> Job:
     """Store the request as a job and hand it to a worker."""
     try:
-        return await sync_to_async(_job_create)(call, body, session_id)
+        return await database_work(_job_create)(call, body, session_id)
     except DatabaseError as exc:
         raise ServiceUnavailable("Switchyard cannot store jobs right now; retry shortly.") from exc
 
@@ -173,22 +173,20 @@ def jobs_due(now: dt.datetime) -> list[str]:
     ``MAX_LOST_RUNS``). A queued job long past its time lost its task message.
     """
     lost = Job.objects.filter(status=Job.Status.RUNNING, lease_until__lt=now)
+    requeued: list[str] = []
     for job in lost:
         if job.lost_runs + 1 >= MAX_LOST_RUNS:
             job_finish(job, 500, _lost_response(job), now)
-        else:
-            Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
-                status=Job.Status.QUEUED,
-                lease_until=None,
-                next_try_at=now,
-                lost_runs=F("lost_runs") + 1,
-            )
+        elif Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
+            status=Job.Status.QUEUED,
+            lease_until=None,
+            next_try_at=now,
+            lost_runs=F("lost_runs") + 1,
+        ):
+            requeued.append(job.pk)  # run now, not one more resume interval later
     stale = now - dt.timedelta(seconds=settings.JOB_RESUME_INTERVAL)
-    return list(
-        Job.objects.filter(status=Job.Status.QUEUED, next_try_at__lte=stale).values_list(
-            "pk", flat=True
-        )
-    )
+    waiting = Job.objects.filter(status=Job.Status.QUEUED, next_try_at__lte=stale)
+    return requeued + [pk for pk in waiting.values_list("pk", flat=True) if pk not in requeued]
 
 
 def jobs_forget(now: dt.datetime) -> int:

@@ -15,12 +15,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import jobs
+from gateway.db import FreshConnectionView
 from gateway.errors import InvalidRequest, JobNotCancellable, NotFound
 from gateway.models import Job
 from tenants.authentication import principal_of
 
 
-class JobDetail(APIView):
+class JobDetail(FreshConnectionView, APIView):
     renderer_classes = [JSONRenderer]
 
     def get(self, request: Request, job_id: str) -> Response:

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import models
 
 from gateway import redis as sy_redis
+from gateway.faultlog import faults
 from gateway.models import Generation
 from quotas.models import Reservation
 
@@ -56,7 +57,9 @@ class LedgerBuffer:
         try:
             await sy_redis.async_client().rpush(sy_redis.key("ledger"), *batch)
         except Exception:
-            log.exception("%d ledger records could not reach Redis", len(batch))
+            faults.warning(
+                log, "ledger:redis", "%d ledger records could not reach Redis", len(batch)
+            )
             self.records[:0] = batch  # kept for the next flush
         if self.records:
             self._flusher = asyncio.create_task(self._flush_soon())

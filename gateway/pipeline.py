@@ -33,6 +33,7 @@ from gateway.dispatch import Attempt, attempt_send
 from gateway.errors import (
     AuthenticationFailed,
     BodyTooLarge,
+    BrokerUnavailable,
     CapacityRefused,
     GatewayError,
     InternalError,
@@ -42,6 +43,7 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
+from gateway.faultlog import faults
 from gateway.model_objects import model_object
 from gateway.models import Job
 from gateway.providers.base import Outcome, Usage
@@ -134,7 +136,7 @@ async def job_attempt(
 ) -> HttpResponse | CapacityRefused:
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
     capacity before the job's deadline — the refusal, so the job waits and tries again."""
-    call = Call(id=job.generation_id, created=job.created_at.timestamp())
+    call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries)
 
     async def steps() -> HttpResponse | CapacityRefused:
         snapshot = await _snapshot()
@@ -165,8 +167,8 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         return await steps
     except RedisError:
         # The broker cannot promise capacity without its shared state: refuse, don't guess.
-        log.warning("Redis failed during a request", exc_info=True)
-        error = ServiceUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
+        faults.warning(log, "request:redis", "Redis failed during a request")
+        error = BrokerUnavailable("Switchyard's rate-limit state is unavailable; retry shortly.")
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
         await idempotency.release(call)

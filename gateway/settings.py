@@ -132,6 +132,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'switchyard.sqlite3'}"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        # A kept connection is tried before its first query of a request, so a database
+        # restart costs no failed request (gateway/db.py).
+        conn_health_checks=True,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -170,8 +173,8 @@ LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
 JOB_TRY_SECONDS = env_float("JOB_TRY_SECONDS", 600.0)
 JOB_CONCURRENCY = env_int("JOB_CONCURRENCY", 200)
 JOB_TENANT_SHARE = env_float("JOB_TENANT_SHARE", 0.25)
-JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 90.0)
-JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 30.0)
+JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 30.0)  # renewed every third of it
+JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 10.0)
 # A finished job (its request and answer) is deleted this long after it finished (s).
 JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
 CELERY_BEAT_SCHEDULE = {

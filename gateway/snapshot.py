@@ -14,10 +14,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from gateway import redis as sy_redis
+from gateway.db import database_work
+from gateway.faultlog import faults
 from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build
@@ -90,12 +91,12 @@ class SnapshotHolder:
         try:
             version = await self._read_version()
             if current is None or version != current.version:
-                self._snapshot = await sync_to_async(snapshot_build)(version)
+                self._snapshot = await database_work(snapshot_build)(version)
         except Exception:
             if current is None:
                 raise  # nothing to serve: the request fails, the next one tries again
             # Keep serving the last good configuration; the next poll tries again.
-            log.exception("configuration snapshot refresh failed")
+            faults.warning(log, "snapshot:refresh", "configuration snapshot refresh failed")
         finally:
             self._checked_at = time.monotonic()
 

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from gateway.faultlog import faults
 from quotas.core.fairqueue import (
     DEFAULT_BURST_TOKENS,
     MAILBOX_ALIVE_SECONDS,
@@ -260,7 +261,7 @@ class BrokerQueue:
             except asyncio.CancelledError:
                 raise
             except Exception:  # Redis away for a moment: waiters still have their deadlines
-                log.exception("fair queue: reading the mailbox failed")
+                faults.warning(log, "queue:mail", "fair queue: reading the mailbox failed")
                 await asyncio.sleep(0.05)
                 continue
             for rid, verdict in delivered:
@@ -293,7 +294,7 @@ class BrokerQueue:
         try:
             pumped = await self.store.pump(pool)
         except Exception:
-            log.exception("fair queue: pump of %s failed", pool)
+            faults.warning(log, "queue:pump", "fair queue: pump of %s failed", pool)
             self._schedule(pool, self.store.clock() + 0.05)
             return
         self._after(pool, pumped)

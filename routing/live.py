@@ -28,6 +28,7 @@ import orjson
 from django.conf import settings
 
 from gateway import redis as sy_redis
+from gateway.faultlog import faults
 from routing.catalogue import Catalogue
 from routing.core.parameters import RoutingParameters
 from routing.core.planner import Plan, RoutingRequest
@@ -100,7 +101,7 @@ class LiveRouter:
             try:
                 await self.sync()
             except Exception:  # Redis away: keep routing on this process's own view
-                log.warning("routing statistics not shared this round", exc_info=True)
+                faults.warning(log, "routing:sync", "routing statistics not shared this round")
 
     async def sync(self) -> None:
         """Publish this process's statistics and load everyone's, merged."""

@@ -198,3 +198,44 @@ def test_it_survives_redis_restarting_empty_under_load(restart_stack):
     # streams from before the restart included (they re-registered when renewing their lease).
     assert stats["peak_concurrency"] <= CONCURRENCY
     assert stats["rate_limited"] == {}
+
+
+def test_an_outage_is_refused_as_broker_unavailable_and_logged_once_per_kind(restart_stack):
+    stack, server = restart_stack
+    payload = {"model": "restart/m", "messages": [{"role": "user", "content": "go"}]}
+    tracebacks_before = logged_tracebacks(stack.log("gateway"))
+
+    server.kill()
+    refusals = []
+    try:
+        with httpx.Client(timeout=10) as http:
+            stop_at = time.monotonic() + 4
+            while time.monotonic() < stop_at:
+                refusals.append(
+                    http.post(
+                        f"{stack.base_url}/v1/chat/completions",
+                        headers={"Authorization": f"Bearer {KEY}"},
+                        json=payload,
+                    )
+                )
+    finally:
+        server.start()
+
+    assert len(refusals) > 50
+    assert {r.status_code for r in refusals} == {503}
+    # The body says what the header says, in the envelope.
+    assert {r.headers["x-switchyard-reason"] for r in refusals} == {"broker_unavailable"}
+    assert {r.json()["error"]["code"] for r in refusals} == {"broker_unavailable"}
+    assert {r.json()["error"]["reason"] for r in refusals} == {"broker_unavailable"}
+    # One traceback per kind of failure (request, mailbox, pump, ledger, routing statistics,
+    # configuration…) in the interval, not one per request.
+    log = stack.log("gateway")
+    assert logged_tracebacks(log) - tracebacks_before <= 8, log[-6000:]
+
+
+def logged_tracebacks(log: str) -> int:
+    """Tracebacks logged, a chained exception's counted once."""
+    chained = log.count("During handling of the above exception") + log.count(
+        "The above exception was the direct cause"
+    )
+    return log.count("Traceback (most recent call last)") - chained

@@ -96,3 +96,10 @@ def test_it_keeps_an_answer_with_a_nul_character_postgresql_could_not_store(job)
     stored = Job.objects.get(pk=job.id)
     assert stored.status == Job.Status.SUCCEEDED
     assert stored.response["choices"][0]["message"]["content"] == "a\ufffdb"
+
+
+def test_it_runs_a_lost_run_again_in_the_same_resume_pass_that_finds_it(job):
+    jobs.job_lease(job.id, NOW)
+
+    # Not one resume interval later: the pass that sees the expired lease queues its task.
+    assert jobs.jobs_due(NOW + dt.timedelta(seconds=91)) == [job.id]
