@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway import pipeline
+from gateway import openapi, pipeline
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
 
@@ -27,6 +27,13 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
     return await pipeline.model_detail(request, model_id)
+
+
+async def openapi_json(request: HttpRequest) -> HttpResponse:
+    """``GET /v1/openapi.json``: the request contract, for anyone (it holds no secret)."""
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    return HttpResponse(openapi.openapi_json(), content_type="application/json")
 
 
 def _method_not_allowed(allowed: str) -> HttpResponse:
