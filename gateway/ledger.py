@@ -4,6 +4,11 @@ them in batches and stores them — ``generation`` records as ``Generation`` row
 
 Each gateway process gathers its records for a moment (LEDGER_BATCH_SECONDS) and appends them
 with one RPUSH, so the ledger costs a Redis round trip per batch, not one or two per request.
+
+Records appended are not yet stored: a Redis that restarts empty loses them. So each process
+keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second) and, in the same
+round trip as each append, reads the ledger's birth mark: a mark it has not seen before means
+Redis lost its data, and the process appends its kept records again (issue 13).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,10 +46,13 @@ DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
 
 
 class LedgerBuffer:
-    """This process's records not yet in Redis, appended together by one background task."""
+    """This process's records not yet in Redis, appended together by one background task, and
+    those appended lately, kept in case Redis loses them before the flush stores them."""
 
     def __init__(self) -> None:
         self.records: list[bytes] = []
+        self.appended: deque[tuple[float, list[bytes]]] = deque()  # (when, batch), oldest first
+        self.born: bytes | None = None  # the ledger's birth mark when this process last looked
         self._flusher: asyncio.Task[None] | None = None
 
     def add(self, record: dict[str, Any]) -> None:
@@ -53,24 +62,53 @@ class LedgerBuffer:
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(settings.LEDGER_BATCH_SECONDS)
+        try:
+            await self.flush(time.monotonic())
+        except Exception:
+            faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
+        if self.records or self.appended:  # kept records: keep looking for a lost Redis
+            self._flusher = asyncio.create_task(self._flush_soon())
+
+    async def flush(self, now: float) -> None:
+        """Append the gathered records; if Redis was born anew since the last look, the kept
+        ones first. Gathered records stay gathered when Redis fails."""
+        while self.appended and self.appended[0][0] < now - settings.LEDGER_RETAIN_SECONDS:
+            self.appended.popleft()
         batch, self.records = self.records, []
         try:
-            await sy_redis.async_client().rpush(sy_redis.key("ledger"), *batch)
+            born = await _append(batch)
+            if self.born is not None and born != self.born:
+                kept = [record for _, old in self.appended for record in old]
+                log.warning(
+                    "Redis lost its data: %d ledger records appended again", len(kept)
+                )
+                if kept:
+                    await _append(kept)
+            self.born = born
         except Exception:
-            faults.warning(
-                log, "ledger:redis", "%d ledger records could not reach Redis", len(batch)
-            )
             self.records[:0] = batch  # kept for the next flush
-        if self.records:
-            self._flusher = asyncio.create_task(self._flush_soon())
+            raise
+        if batch:
+            self.appended.append((now, batch))
 
     async def drain(self) -> None:
         """Append what is left (the process is shutting down)."""
         if self._flusher is not None and not self._flusher.done():
-            await self._flusher
-        batch, self.records = self.records, []
-        if batch:
-            await sy_redis.async_client().rpush(sy_redis.key("ledger"), *batch)
+            self._flusher.cancel()
+        await self.flush(time.monotonic())
+
+
+async def _append(batch: list[bytes]) -> bytes:
+    """Append ``batch`` (if any) and return the ledger's birth mark, set if Redis has none: one
+    round trip."""
+    born = sy_redis.key("ledger", "born")
+    pipe = sy_redis.async_client().pipeline(transaction=False)
+    if batch:
+        pipe.rpush(sy_redis.key("ledger"), *batch)
+    pipe.set(born, uuid.uuid4().hex, nx=True)
+    pipe.get(born)
+    replies = await pipe.execute()
+    return bytes(replies[-1])
 
 
 _buffer = LedgerBuffer()

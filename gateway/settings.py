@@ -165,6 +165,9 @@ CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-celery"
 LEDGER_FLUSH_INTERVAL = env_float("LEDGER_FLUSH_INTERVAL", 1.0)
 # How long a gateway process gathers ledger records before appending them in one call.
 LEDGER_BATCH_SECONDS = env_float("LEDGER_BATCH_SECONDS", 0.05)
+# How long a gateway process keeps the records it appended, to append them again should Redis
+# restart empty before the flush stored them (they are stored by id: a record twice is one row).
+LEDGER_RETAIN_SECONDS = env_float("LEDGER_RETAIN_SECONDS", 15.0)
 LEASE_REAP_INTERVAL = env_float("LEASE_REAP_INTERVAL", 5.0)
 # Deferred jobs (gateway/jobs.py, job_runner.py): one run waits in the fair queue this long (s)
 # before the job goes back in line; a worker process holds this many runs at once, a tenant at

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import orjson
 import pytest
 
 from gateway import redis as sy_redis
-from gateway.ledger import ledger_backlog, ledger_flush
+from gateway.ledger import LedgerBuffer, ledger_backlog, ledger_flush
 from gateway.models import Generation
 from quotas.models import Reservation
 
@@ -72,3 +73,63 @@ def test_it_stores_a_record_with_a_nul_character_instead_of_failing_its_batch(
     assert stored.finish_reason == "st\ufffdop"
     assert stored.detail["native_finish_reason"] == "st\ufffdop"
     assert ledger_backlog() == 0
+
+
+def _generation(ident: str) -> dict[str, object]:
+    return {"id": ident, "created_at": time.time(), "tenant_id": 1, "app_id": 1, "status": 200}
+
+
+def _forget_everything(prefix: str) -> None:
+    """What a Redis restarted empty holds of this deployment: nothing."""
+    client = sy_redis.sync_client()
+    for name in client.scan_iter(match=f"{prefix}:*"):
+        client.delete(name)
+
+
+@pytest.mark.django_db
+def test_it_appends_again_what_a_redis_restarted_empty_lost_before_the_flush_stored_it(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    buffer = LedgerBuffer()
+
+    async def main() -> None:
+        try:
+            buffer.records.append(orjson.dumps({"kind": "generation", **_generation("gen-a")}))
+            await buffer.flush(now=100.0)  # appended, not stored yet…
+            _forget_everything(redis_prefix)  # …when Redis restarts empty
+            buffer.records.append(orjson.dumps({"kind": "generation", **_generation("gen-b")}))
+            await buffer.flush(now=101.0)
+        finally:
+            await sy_redis.async_client().aclose()
+
+    asyncio.run(main())
+
+    assert ledger_flush() == 2
+    assert sorted(Generation.objects.values_list("id", flat=True)) == ["gen-a", "gen-b"]
+
+
+@pytest.mark.django_db
+def test_it_keeps_what_it_appended_only_for_a_while_and_appends_it_again_only_after_a_loss(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: object
+) -> None:
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    settings.LEDGER_RETAIN_SECONDS = 15.0  # type: ignore[attr-defined]
+    buffer = LedgerBuffer()
+
+    async def main() -> None:
+        try:
+            buffer.records.append(orjson.dumps({"kind": "generation", **_generation("gen-old")}))
+            await buffer.flush(now=100.0)
+            buffer.records.append(orjson.dumps({"kind": "generation", **_generation("gen-new")}))
+            await buffer.flush(now=110.0)  # Redis as it was: nothing appended twice
+            assert await sy_redis.async_client().llen(sy_redis.key("ledger")) == 2
+            _forget_everything(redis_prefix)
+            await buffer.flush(now=120.0)  # gen-old is 20 s old: no longer kept
+        finally:
+            await sy_redis.async_client().aclose()
+
+    asyncio.run(main())
+
+    assert ledger_flush() == 1
+    assert list(Generation.objects.values_list("id", flat=True)) == ["gen-new"]
