@@ -74,6 +74,8 @@ REQUEST_ID_HEADER = "x-request-id"
 WORKLOAD_HEADER = "x-switchyard-workload"
 SESSION_HEADER = "x-session-id"
 SHOULD_RETRY_HEADER = "x-should-retry"
+# A deferred job that met Redis away tries again this much later (s).
+BROKER_AWAY_RETRY_SECONDS = 2.0
 
 # What an attempt's outcome tells the router about the endpoint (G6–G8); None: nothing.
 ROUTING_KINDS = {
@@ -135,10 +137,11 @@ async def job_attempt(
     job: Job, *, try_until: float, last_try: bool
 ) -> HttpResponse | CapacityRefused:
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
-    capacity before the job's deadline — the refusal, so the job waits and tries again."""
+    capacity, or Redis away, before the job's deadline — the refusal, so the job waits and
+    tries again."""
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries)
 
-    async def steps() -> HttpResponse | CapacityRefused:
+    async def run() -> HttpResponse | CapacityRefused:
         snapshot = await _snapshot()
         call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
         if call.principal is None:
@@ -156,6 +159,21 @@ async def job_attempt(
             return refused
         assert isinstance(response, HttpResponse)  # a job never streams
         return response
+
+    async def steps() -> HttpResponse | CapacityRefused:
+        try:
+            return await run()
+        except (RedisError, ServiceUnavailable):
+            # Redis away for a moment is no answer for work that may wait (E3): before any
+            # provider call, the job waits and tries again as when capacity is short; only its
+            # last try reports the outage.
+            if last_try or call.attempts:
+                raise
+            return CapacityRefused(
+                "Switchyard's rate-limit state is unavailable.",
+                reason="broker_unavailable",
+                retry_after=BROKER_AWAY_RETRY_SECONDS,
+            )
 
     return await _guarded(call, steps())
 

@@ -103,3 +103,28 @@ def test_it_runs_a_lost_run_again_in_the_same_resume_pass_that_finds_it(job):
 
     # Not one resume interval later: the pass that sees the expired lease queues its task.
     assert jobs.jobs_due(NOW + dt.timedelta(seconds=91)) == [job.id]
+
+
+def test_it_lets_a_job_that_met_redis_away_wait_and_try_again_until_its_last_try(
+    job, settings, monkeypatch
+):
+    from asgiref.sync import async_to_sync
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from gateway import pipeline
+    from gateway.errors import CapacityRefused
+    from gateway.snapshot import holder
+
+    async def redis_away():
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(holder, "get", redis_away)
+
+    def attempt(*, last_try):
+        return async_to_sync(pipeline.job_attempt)(job, try_until=0.0, last_try=last_try)
+
+    waiting = attempt(last_try=False)
+    assert isinstance(waiting, CapacityRefused)
+    assert waiting.reason == "broker_unavailable" and waiting.retry_after > 0
+    answered = attempt(last_try=True)  # the deadline has come: the outage is the answer
+    assert answered.status_code == 503
