@@ -4,8 +4,8 @@ own, in parallel processes — and writes bench/results/faults.md.
 
     python -m bench.faults [--jobs 3] [--out bench/results/faults.md]
 
-Each test writes its figures (FAULTS_REPORT_DIR) whatever its outcome; a test marked xfail for
-a known defect still fails its checks here, and the table says so.
+Each test writes its figures (FAULTS_REPORT_DIR) whatever its outcome; the table says which
+passed.
 """
 
 from __future__ import annotations
@@ -144,14 +144,10 @@ HOW = """How each figure is produced:
 - **jobs not finished**: accepted jobs not `succeeded` (within job lease + 40 s of the load).
 - **buckets not full**: concurrency buckets below capacity in Redis after the lease ran out.
 
-A test marked xfail (strict) fails only on a defect of issue 13 still open on main (2: database
-access from the proxy after a PostgreSQL restart; 4: reservation ids reused by a re-run job);
-it is un-xfailed on merge of the branch that fixes them (jobsdb): "XPASS(strict)" then fails
-the suite. Two are xfail not strict, as they fail in some runs only: the empty Redis restart
-(defect 6: a ledger record sitting in the Redis queue at the restart is lost — 1 row in this
-run, 0 in an earlier one), and the 10 s Redis outage (found by this suite, not diagnosed:
-1 of 20 jobs accepted around the outage had not finished 40 s after its job lease, in 2 of
-3 runs)."""
+"Requests failed" during a Redis outage are refusals in the envelope (503 broker_unavailable,
+`Retry-After`) and streams the outage cut off: the broker refuses rather than guess. A fault
+test fails on any over-admission, lost ledger row, unfinished job, call the ledger does not
+show, bucket left below full, or recovery past its bound."""
 
 
 if __name__ == "__main__":
