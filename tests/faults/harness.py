@@ -456,6 +456,11 @@ def measure(stack: Stack, load: Load, fault: str, *, recovery_bound: float) -> F
         jobs_run_again=len(rerun),
         calls_not_in_ledger=len(mismatched),
     )
+    if unfinished:
+        figures.notes.append(
+            "unfinished jobs (status, tries): "
+            + ", ".join(f"{j}: {jobs.get(j, ('missing',))[:2]}" for j in unfinished[:5])
+        )
     if mismatched:
         figures.notes.append(
             "calls vs attempts: "
