@@ -29,6 +29,8 @@ pytestmark = pytest.mark.e2e
 
 KEY = "sk-sy-test-acme-web-0001"
 HI = [{"role": "user", "content": "hi"}]
+# Slow enough that a stream is still running when a test looks (at 0.01 it is over in ~0.1 s).
+LATENCY_SCALE = 0.25
 # The settings default (gateway/settings.py MAX_REQUEST_BODY_BYTES); the stack keeps it.
 MAX_REQUEST_BODY_BYTES = 10 * 1024 * 1024
 
@@ -227,3 +229,28 @@ def test_it_refuses_nul_in_a_header_in_the_envelope(stack, header):
     head, _, content = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 "), head
     assert set(orjson.loads(content)["error"]) == {"message", "type", "code", "param", "reason"}
+
+
+def test_the_check_sees_what_a_request_in_flight_holds(stack):
+    """What ``nothing_left_held`` looks for is really there while a request runs: its lease and
+    its claimed Idempotency-Key, its concurrency (a stream of 4,000 tokens outlasts the look)."""
+    key = f"in-flight-{uuid.uuid4()}"
+    payload = body(stream=True, max_tokens=4000)
+    with httpx.stream(
+        "POST",
+        f"{stack.base_url}/v1/chat/completions",
+        json=payload,
+        headers={"Authorization": f"Bearer {KEY}", "Idempotency-Key": key},
+        timeout=60,
+    ) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        next(chunks)
+        held = leftovers(stack)
+        for _ in chunks:
+            pass
+    assert held.keys() == {
+        "buckets below capacity",
+        "leases indexed",
+        "idempotency keys still claimed",
+    }, held
