@@ -33,11 +33,12 @@ def leftovers(stack: Stack) -> dict[str, object]:
     client = redis.Redis.from_url(stack.redis_url)
     try:
         leases = client.zcard(f"{stack.name}:leases")
-        pending = [
-            key.decode()
+        records = (
+            client.hgetall(key)
             for key in client.scan_iter(match=f"{stack.name}:idempotency:*", count=1000)
-            if client.hget(key, "state") == b"pending"
-        ]
+        )
+        # Named by the request that claimed it (its generation id): GET /v1/generation?id=…
+        pending = [r[b"owner"].decode() for r in records if r.get(b"state") == b"pending"]
     finally:
         client.close()
     found: dict[str, object] = {}

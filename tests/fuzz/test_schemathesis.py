@@ -68,7 +68,11 @@ def test_generated_requests_never_fail_and_leave_nothing_held(stack, published):
     operations = {label for label, _ in statuses}
     assert len(operations) == len(published["paths"]) + 1  # /v1/jobs/{id} has GET and DELETE
     assert sent >= 2000
-    assert settle(stack) == {}
+    left = settle(stack)
+    claimed = left.get("idempotency keys still claimed", [])
+    assert left == {}, "\n".join(
+        [str(left), *(run.answered.get(owner, owner) for owner in claimed)]
+    )
 
 
 class Run:
@@ -80,6 +84,7 @@ class Run:
         self.statuses: Counter[tuple[str, int]] = Counter()
         self.failures: list[str] = []
         self.unbreakable: list[str] = []
+        self.answered: dict[str, str] = {}
 
     def fuzz(self, operation, mode: GenerationMode, examples: int) -> None:
         @settings(
@@ -110,6 +115,9 @@ class Run:
             base_url=self.base_url, session=self.session, headers=headers, timeout=30
         )
         self.statuses[(label, response.status_code)] += 1
+        if "Idempotency-Key" in case.headers:  # to name what a key left claimed answered
+            [request_id] = response.headers.get("x-request-id") or ["?"]
+            self.answered[request_id] = f"{label} -> {response.status_code}: {case.body!r:.300}"
         problem = _problem(response, self.envelope)
         if problem:
             self.failures.append(

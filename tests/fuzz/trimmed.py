@@ -3,9 +3,10 @@
 The published document is the contract; it allows 4,096 messages of 512 content parts and
 free-form objects of any shape, and drawing one chat body from it takes schemathesis 200–400 ms.
 The copy keeps every operation, field, enum and bound that matters for what the gateway decides
-and shrinks only the room (and leaves authentication to the run): at most ``MAX_ITEMS`` items per array, objects closed to the fields
+and shrinks only the room: at most ``MAX_ITEMS`` items per array, objects closed to the fields
 they name (free-form ones get a few scalar members), strings short. What it draws is still valid
 under the published document, and the run's negative cases still break it field by field.
+Authentication is left to the run, which sends the key itself.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def trimmed(document: dict[str, Any], models: list[str]) -> dict[str, Any]:
     for parameter in out["components"]["parameters"].values():
         _trim(parameter["schema"])
     for path in out["paths"].values():
-        for operation in path.values():
-            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+        for name, item in path.items():  # a path's own parameters, then each method's
+            for parameter in item if name == "parameters" else item.get("parameters", []):
                 if "schema" in parameter:
                     _trim(parameter["schema"])
     return out
