@@ -89,10 +89,22 @@ class ProxyHandler(ASGIHandler):
             with suppress(asyncio.CancelledError, RequestAborted):
                 await task
         if not processing.cancelled():
-            processing.result().close()
+            response = processing.result()
+            await _stream_close(response)
+            response.close()
         else:
             signals.request_finished.send(sender=self.__class__)
         body_file.close()
+
+
+async def _stream_close(response: Any) -> None:
+    """Close a streamed answer's own body. Django's ``send_response`` closes its wrapper around
+    an async body, not the body: a stream cut off while a chunk was being sent kept its
+    generator — and with it the request's settlement, ledger row and Idempotency-Key — until
+    the garbage collector found it (the fuzz suite's keys left claimed)."""
+    body = getattr(response, "_iterator", None) if getattr(response, "is_async", False) else None
+    if body is not None and hasattr(body, "aclose"):
+        await body.aclose()
 
 
 proxy_handler = ProxyHandler()

@@ -643,7 +643,7 @@ def _stream_response(
     async def body() -> Any:
         try:
             async with broker.held(admitted.grant), _owned(admitted, broker):
-                async for part in relay(
+                parts = relay(
                     upstream,
                     translator,
                     provider=endpoint.provider.name,
@@ -655,8 +655,12 @@ def _stream_response(
                     upstream_started=upstream_started,
                     cost=lambda usage: usage_cost(endpoint, usage),
                     finish=finish,
-                ):
-                    yield part
+                )
+                # A body closed mid-stream (the client gone) closes the relay, whose own ending
+                # settles the grant, writes the ledger row and frees the Idempotency-Key.
+                async with contextlib.aclosing(parts):
+                    async for part in parts:
+                        yield part
         except Exception:
             # Past the headers no error answer can go out; the ledger and the key still must.
             log.exception("stream %s failed unexpectedly", call.id)
