@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from gateway import errors, idempotency, jobs
+from gateway import errors, idempotency, jobs, validation
 from gateway.models import Job
 from gateway.validation import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, ROLES
 
@@ -285,6 +285,12 @@ CHAT_REQUEST: Schema = {
             ]
         },
         "user": {**NAME, "maxLength": 256},
+        "metadata": {
+            "type": ["object", "null"],
+            "maxProperties": validation.MAX_METADATA_PAIRS,
+            "propertyNames": {"maxLength": validation.MAX_METADATA_KEY},
+            "additionalProperties": {"type": "string", "maxLength": validation.MAX_METADATA_VALUE},
+        },
         "response_format": {
             "type": "object",
             "description": "{type: text | json_object | json_schema, json_schema: …}",
