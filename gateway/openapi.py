@@ -180,7 +180,10 @@ TOOL: Schema = {
             "properties": {
                 "name": {**NAME, "maxLength": 64},
                 "description": NO_NUL,
-                "parameters": {"type": "object"},
+                "parameters": {
+                    "type": "object",
+                    "description": f"a JSON Schema of at most {validation.MAX_SCHEMA_BYTES} bytes",
+                },
                 "strict": {"type": "boolean"},
             },
         },
@@ -188,7 +191,10 @@ TOOL: Schema = {
 }
 PROVIDER_PREFERENCES: Schema = {
     "type": "object",
-    "description": "OpenRouter-compatible routing overrides (SPEC G13).",
+    "description": (
+        "OpenRouter-compatible routing overrides (SPEC G13), "
+        f"at most {validation.MAX_PROVIDER_BYTES} bytes of JSON."
+    ),
     "properties": {
         "order": {"type": ["array", "null"], "items": STRING},
         "only": {"type": ["array", "null"], "items": STRING},
@@ -293,7 +299,10 @@ CHAT_REQUEST: Schema = {
         },
         "response_format": {
             "type": "object",
-            "description": "{type: text | json_object | json_schema, json_schema: …}",
+            "description": (
+                "{type: text | json_object | json_schema, json_schema: …}, "
+                f"at most {validation.MAX_SCHEMA_BYTES} bytes of JSON"
+            ),
         },
         "parallel_tool_calls": {"type": "boolean"},
         "provider": _ref("ProviderPreferences"),
