@@ -81,6 +81,10 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", "switchyard-insecure-demo-key-change-me")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Behind a proxy that terminates TLS, uvicorn takes the scheme (and so Django's is_secure) from
+# X-Forwarded-Proto of the proxies FORWARDED_ALLOW_IPS names; these keep the admin's session and
+# CSRF cookies off plain HTTP (README "Behind a reverse proxy").
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
