@@ -571,11 +571,7 @@ async def _complete(
     call.ttft = call.elapsed()
     usage = completion.usage or admitted.estimated_usage()
     cost = usage_cost(endpoint, usage)
-    settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
-    admitted.settled = True
-    reservation_record(
-        call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=usage
-    )
+    await _settle_answered(call, admitted, broker, usage, cost)
     admitted.learn(usage)
     broker.observe_later(admitted.buckets, attempt.limits)
     calls = [
@@ -593,6 +589,32 @@ async def _complete(
     return response
 
 
+async def _settle_answered(
+    call: Call, admitted: Admitted, broker: Broker, usage: Usage, cost: float
+) -> None:
+    """Settle the grant of an attempt the provider answered (C6) and record it (C8).
+
+    With Redis away the answer still counts: the provider made it and charged for it, and
+    turning it into a 503 would throw it away (a job would end failed, a retry would pay
+    twice). The grant is then left to its lease, which runs out and is reaped and recorded
+    with its estimates standing (C9)."""
+    try:
+        settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    except RedisError:
+        faults.warning(log, "settle:redis", "an answered request's reservation was left to expire")
+        admitted.settled = True
+        return
+    admitted.settled = True
+    reservation_record(
+        call,
+        admitted.endpoint,
+        admitted.grant,
+        settled,
+        estimated_spend=admitted.spend,
+        usage=usage,
+    )
+
+
 def _stream_response(
     call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
 ) -> StreamingHttpResponse:
@@ -607,12 +629,7 @@ def _stream_response(
     async def finish(end: StreamEnd) -> None:
         call.ttft = end.ttft
         call.reason = end.reason or "ok"
-        cost = usage_cost(endpoint, end.usage)
-        settled = await broker.reconcile(admitted.grant, actual_usage(end.usage, cost))
-        admitted.settled = True
-        reservation_record(
-            call, endpoint, admitted.grant, settled, estimated_spend=admitted.spend, usage=end.usage
-        )
+        await _settle_answered(call, admitted, broker, end.usage, usage_cost(endpoint, end.usage))
         if end.usage_reported:
             admitted.learn(end.usage)
         broker.observe_later(admitted.buckets, attempt.limits)

@@ -63,11 +63,6 @@ def test_redis_restart_empty(deployment):
     assert figures.problems() == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: in about half the runs one of the 20 jobs accepted around the outage has not "
-    "finished 40 s after its job lease (not the job run's 503, fixed); figures.notes names it",
-)
 def test_redis_stopped_for_10_s(deployment):
     def outage():
         deployment.redis.stop()

@@ -6,10 +6,15 @@ stream relay — and then reads the real Redis store: no lease is left open, eve
 slot is back, and a failure before anything went out gave everything back. The caller gets a
 500 in the envelope with its request id, the ledger has the row, and the Idempotency-Key is
 free again. Providers answer through an injected ``httpx.MockTransport``.
+
+Redis away as an answered attempt is settled is no bug but an outage: the answer goes out and
+the grant is left to its lease (the last cases).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,14 +23,18 @@ import orjson
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway import ledger, upstream
+from gateway import ledger, pipeline, upstream
 from gateway import redis as gateway_redis
+from gateway.errors import CapacityRefused
+from gateway.models import Job
 from gateway.snapshot import holder
 from quotas import broker as broker_module
 from quotas.core.keys import lease_index_key
 from quotas.core.model import Rule
 from routing import live
+from tenants.models import ApiKey
 from tests.personas import ACME_KEY, Personas
 
 PROVIDER_URLS = ("http://127.0.0.1:9101/v1", "http://127.0.0.1:9102", "http://127.0.0.1:9103/v1")
@@ -130,8 +139,12 @@ def target(path: str) -> Any:
 
 
 @pytest.fixture
-def providers() -> Iterator[None]:
+def providers() -> Iterator[list[httpx.Request]]:
+    """The providers answer every call; the calls they received, in order."""
+    received: list[httpx.Request] = []
+
     def answer(request: httpx.Request) -> httpx.Response:
+        received.append(request)
         if orjson.loads(request.content).get("stream"):
             return httpx.Response(
                 200, content=CHUNKS, headers={"content-type": "text/event-stream"}
@@ -143,7 +156,7 @@ def providers() -> Iterator[None]:
             base_url=url, transport=httpx.MockTransport(answer)
         )
     try:
-        yield
+        yield received
     finally:
         for url in PROVIDER_URLS:
             upstream._clients.pop(url, None)
@@ -252,3 +265,92 @@ def test_it_leaves_no_reservation_behind_whatever_step_of_a_stream_raises(
     rows = [r for r in seen["ledger"] if r.get("kind") == "generation" and r["id"] == request_id]
     assert [row["status"] for row in rows] == [500]
     assert seen["again"] == 200, "the Idempotency-Key was given back"
+
+
+def redis_away_once(real: Any) -> Any:
+    """``real``, except that its first call finds Redis gone (as the broker's store would)."""
+    calls = {"n": 0}
+
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379.")
+        return await real(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_an_answer_goes_out_when_redis_fails_as_its_grant_is_settled(
+    personas: Personas,
+    providers: list[httpx.Request],
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: bool,
+) -> None:
+    # The provider answered (and charged): a 503 now would throw its answer away.
+    monkeypatch.setattr(
+        broker_module.Broker, "reconcile", redis_away_once(broker_module.Broker.reconcile)
+    )
+
+    seen = serve(stream=stream)
+
+    assert seen["status"] == 200
+    if stream:
+        assert seen["content"].endswith(b"data: [DONE]\n\n")
+        assert b'"content":"hel"' in seen["content"]
+    else:
+        assert orjson.loads(seen["content"])["choices"][0]["message"]["content"] == "hello"
+    assert seen["leases"] == 1, "the grant is left to its lease (the reaper settles it)"
+    request_id = seen["headers"]["x-request-id"]
+    rows = [r for r in seen["ledger"] if r.get("kind") == "generation" and r["id"] == request_id]
+    assert [row["status"] for row in rows] == [200]
+    # The key remembers a delivered answer: a repeat gets it back (a stream: 409, naming it).
+    assert seen["again"] == (409 if stream else 200)
+    assert len(providers) == 1, "the repeat made no second call"
+
+
+def test_a_job_whose_answer_meets_redis_away_as_it_is_settled_succeeds_with_one_call(
+    personas: Personas,
+    providers: list[httpx.Request],
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 13: the job running as Redis stopped ended 503 broker_unavailable although the
+    provider had answered it; trying again would have paid for it twice."""
+    monkeypatch.setattr(
+        broker_module.Broker, "reconcile", redis_away_once(broker_module.Broker.reconcile)
+    )
+    key = ApiKey.objects.get(app__name="web", app__team__tenant=personas.acme, name="ci")
+    now = dt.datetime.now(dt.UTC)
+    job = Job.objects.create(
+        id="job-answered-as-redis-went",
+        generation_id="gen-answered-as-redis-went",
+        created_at=now,
+        deadline_at=now + dt.timedelta(minutes=30),
+        tenant_id=personas.acme.pk,
+        app_id=key.app_id,
+        api_key_id=key.pk,
+        workload_class="background",
+        model=BODY["model"],
+        request=BODY,
+        tries=1,
+    )
+
+    async def attempt() -> Any:
+        try:
+            await broker_module.broker_get().store.bootstrap()
+            return await pipeline.job_attempt(job, try_until=time.time() + 20, last_try=False)
+        finally:
+            await broker_module.broker_get().queue.close()
+            await gateway_redis.async_client().aclose()
+
+    try:
+        answer = async_to_sync(attempt)()
+    finally:
+        holder.reset()
+
+    assert not isinstance(answer, CapacityRefused), "it would call the provider again"
+    assert answer.status_code == 200, answer.content
+    assert orjson.loads(answer.content)["choices"][0]["message"]["content"] == "hello"
+    assert len(providers) == 1
