@@ -4,10 +4,10 @@ import asyncio
 
 from redis.asyncio import Redis
 
+from ops.levels import broker_spec
 from quotas.core.learned import learned_concurrency, learned_name
 from quotas.core.model import BucketSpec
 from quotas.models import Bucket
-from quotas.snapshot import bucket_spec
 from quotas.store.redis import RedisReservationStore
 
 COLUMNS = (
@@ -35,9 +35,11 @@ COLUMNS = (
 
 
 def bucket_available(stack, name: str) -> float:
+    """As the broker counts it: a provider's refill bucket less its headroom (a full one of
+    30 requests a minute has 29.5 with the default 1 s)."""
     columns = ", ".join(f'"{column}"' for column in COLUMNS)
     [row] = stack.sql(f"select {columns} from quotas_bucket where name = %s", name)
-    return _available(stack, bucket_spec(Bucket(**dict(zip(COLUMNS, row, strict=True)))))
+    return _available(stack, broker_spec(Bucket(**dict(zip(COLUMNS, row, strict=True)))))
 
 
 def learned_available(stack, provider: str) -> float:
