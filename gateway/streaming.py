@@ -8,9 +8,10 @@ does that), which closes the upstream response and so cancels the provider's wor
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,27 +101,53 @@ async def relay(
         status, reason = 500, "internal_error"
         raise
     finally:
-        await response.aclose()
         if status == 200 and not completed:
             status, reason = 499, "client_disconnected"
         usage = translator.usage
-        await finish(
-            StreamEnd(
-                # Cut before the usage chunk: the provider still charged for what it made.
-                usage=usage
-                or Usage(
-                    input_tokens=estimated_input_tokens,
-                    output_tokens=math.ceil(streamed_chars / CHARS_PER_TOKEN),
-                ),
-                usage_reported=usage is not None,
-                finish_reason=translator.finish_reason or "",
-                status=status,
-                reason=reason,
-                ttft=ttft,
-                upstream_ttft=upstream_ttft,
-                tool_calls=[tool_calls[i] for i in sorted(tool_calls)],
-            )
+        end = StreamEnd(
+            # Cut before the usage chunk: the provider still charged for what it made.
+            usage=usage
+            or Usage(
+                input_tokens=estimated_input_tokens,
+                output_tokens=math.ceil(streamed_chars / CHARS_PER_TOKEN),
+            ),
+            usage_reported=usage is not None,
+            finish_reason=translator.finish_reason or "",
+            status=status,
+            reason=reason,
+            ttft=ttft,
+            upstream_ttft=upstream_ttft,
+            tool_calls=[tool_calls[i] for i in sorted(tool_calls)],
         )
+        await _whole(_end(response, finish, end))
+
+
+async def _end(
+    response: httpx.Response, finish: Callable[[StreamEnd], Awaitable[None]], end: StreamEnd
+) -> None:
+    await response.aclose()
+    await finish(end)
+
+
+async def _whole(ending: Coroutine[Any, Any, None]) -> None:
+    """Run a stream's ending to its end, then pass on a cancellation that came meanwhile.
+
+    The ending (reconcile the grant, write the ledger row, store or give back the
+    Idempotency-Key) runs after the last chunk went out but before the response is complete. A
+    client that hangs up in between has the proxy handler cancel the request's task, which
+    stopped the ending at its next await: no ledger row, the key claimed until its 24 h TTL
+    (the fuzz suite's keys left claimed). In a task of its own, shielded, it finishes."""
+    task = asyncio.ensure_future(ending)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            if task.done():  # the ending itself was cancelled: nothing left to wait for
+                raise
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
 
 
 def _first_token(chunk: dict[str, Any]) -> bool:
