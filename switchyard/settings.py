@@ -110,8 +110,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "gateway.urls"
-ASGI_APPLICATION = "gateway.asgi.application"
+ROOT_URLCONF = "switchyard.urls"
+ASGI_APPLICATION = "switchyard.asgi.application"
 
 TEMPLATES = [
     {
