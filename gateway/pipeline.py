@@ -25,6 +25,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
+from common.faultlog import faults
 from gateway import idempotency, jobs, metrics
 from gateway.admission import Admitted, admit
 from gateway.call import DEFAULT_WORKLOAD, Call
@@ -43,7 +44,6 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
-from gateway.faultlog import faults
 from gateway.model_objects import model_object
 from gateway.models import Job
 from gateway.providers.base import Outcome, Usage

@@ -16,8 +16,8 @@ from django.db.models import Q
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
+from common.durations import duration_format
 from gateway.configfile.admin_base import ConfigModelAdmin
-from gateway.configfile.durations import duration_format
 from gateway.configfile.names import bucket_qualifier, scope_name
 from ops.levels import bucket_level_text
 from quotas.models import Bucket, WorkloadClass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from gateway.providers.base import LimitObservation, RateLimitInfo
 from gateway.providers.base import Usage as ProviderUsage
 from quotas.core.estimate import Demand

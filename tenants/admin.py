@@ -20,8 +20,8 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
+from common.durations import duration_format
 from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
-from gateway.configfile.durations import duration_format
 from quotas.admin import bucket_inline
 from routing.models import Model
 from tenants.keys import key_generate, key_hash, key_prefix

@@ -19,7 +19,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 from gateway.configfile.apply import config_load
 from gateway.models import Generation, Job
 from quotas.models import Bucket

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gateway.configfile.reader import ConfigError, Errors, Section
+from common.reader import ConfigError, Errors, Section
 from gateway.configfile.schema import Config, parse_config
 from gateway.configfile.validate import KnownNames, config_validate
 

@@ -18,13 +18,13 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
+from common.redis import config_version_bump
 from gateway.configfile import ConfigError, KnownNames, config_parse, config_read
 from gateway.configfile.limits import LimitSpec
 from gateway.configfile.names import bucket_name, scope_name
 from gateway.configfile.prune import SECTIONS, Removal, config_prune
 from gateway.configfile.schema import Config, KeySpec, TenantSpec
 from gateway.configfile.summary import CREATED, KINDS, UNCHANGED, UPDATED, Summary
-from gateway.redis import config_version_bump
 from quotas.models import Bucket, WorkloadClass
 from routing import credentials
 from routing.models import Endpoint, Model, Provider

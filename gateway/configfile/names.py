@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from gateway.configfile.durations import duration_format
+from common.durations import duration_format
 from gateway.configfile.limits import LimitSpec
 from gateway.configfile.schema import Config
 

@@ -12,8 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gateway.configfile.limits import LimitSpec, parse_limit
-from gateway.configfile.reader import (
+from common.reader import (
     Invalid,
     Section,
     boolean,
@@ -31,6 +30,7 @@ from gateway.configfile.reader import (
     timestamp,
     url,
 )
+from gateway.configfile.limits import LimitSpec, parse_limit
 from routing.core.parameters import RoutingParameters
 from tenants.keys import KEY_TYPE_PREFIX
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.reader import Errors
 from gateway.configfile.names import bucket_name, scoped_limits
-from gateway.configfile.reader import Errors
 from gateway.configfile.schema import Config
 from tenants.keys import key_hash
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 from gateway.configfile import ConfigError
 from gateway.configfile.apply import KINDS, config_load
 from gateway.management.commands import loadconfig

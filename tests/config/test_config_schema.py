@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.durations import duration_format, duration_parse
 from gateway.configfile import ConfigError, KnownNames, config_parse, config_read, limits, schema
-from gateway.configfile.durations import duration_format, duration_parse
 from gateway.configfile.names import bucket_name, scoped_limits
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "switchyard.yaml"

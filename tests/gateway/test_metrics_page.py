@@ -16,7 +16,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from ops.levels import broker_spec
 from quotas.core.model import Usage
 from quotas.models import Bucket

@@ -19,8 +19,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
+from common import redis as gateway_redis
 from gateway import ledger, upstream
-from gateway import redis as gateway_redis
 from gateway.snapshot import holder
 from quotas import broker as broker_module
 from quotas.core.keys import lease_index_key

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 from gateway.configfile import config_parse, config_read
 from gateway.configfile.apply import config_load
 from quotas.core.model import Rule

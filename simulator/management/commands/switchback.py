@@ -11,8 +11,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from common.reader import Invalid
 from gateway.configfile import ConfigError
-from gateway.configfile.reader import Invalid
 from gateway.configfile.schema import routing_overrides
 from routing.core import RoutingParameters
 from simulator.model import MarketError
