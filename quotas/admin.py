@@ -17,10 +17,10 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from common.durations import duration_format
-from gateway.configfile.admin_base import ConfigModelAdmin
-from gateway.configfile.names import bucket_qualifier, scope_name
 from ops.levels import bucket_level_text
 from quotas.models import Bucket, WorkloadClass
+from quotas.names import bucket_qualifier, scope_name
+from tenants.admin_base import ConfigModelAdmin
 from tenants.scoping import Access, TenantScopedInline, tenant_member
 
 # Scopes whose buckets a tenant admin may add, change and delete: inside their own tenant, so the

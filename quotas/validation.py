@@ -15,8 +15,8 @@ from typing import Any
 
 from common.reader import positive_number, timezone_name
 from common.rules import FieldErrors, FieldRule, rules_check, seconds
-from gateway.configfile.limits import DIMENSIONS, FIXED_WINDOWS, RULE_KEYS, ramp_factor
 from quotas.core.specs import bucket_spec_build
+from quotas.limits import DIMENSIONS, FIXED_WINDOWS, RULE_KEYS, ramp_factor
 
 # --- Buckets: a limit's shape ------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from gateway.configfile.admin_base import ConfigModelAdmin
 from quotas.admin import bucket_inline
 from routing.models import Endpoint, Model, Provider
+from tenants.admin_base import ConfigModelAdmin
 from tenants.scoping import Access, TenantScopedInline
 
 

@@ -18,9 +18,9 @@ from common.reader import (
     url,
 )
 from common.rules import ConfigRules, exact, seconds
-from gateway.configfile.schema import CAPABILITIES, routing_overrides
 from routing import credentials
 from routing.core.parameters import RoutingParameters
+from routing.validation import CAPABILITIES, routing_overrides
 
 
 def routing_parameters(overrides: dict[str, Any]) -> RoutingParameters:

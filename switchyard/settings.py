@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "routing",
     "quotas",
     "gateway",
+    "configfile",
     "simulator",
 ]
 

@@ -21,9 +21,9 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
 from common.durations import duration_format
-from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
 from quotas.admin import bucket_inline
 from routing.models import Model
+from tenants.admin_base import ConfigModelAdmin, config_changed
 from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership

@@ -20,7 +20,7 @@ from django.test import Client
 from django.urls import reverse
 
 from common import redis as gateway_redis
-from gateway.configfile.apply import config_load
+from configfile.apply import config_load
 from gateway.models import Generation, Job
 from quotas.models import Bucket
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership

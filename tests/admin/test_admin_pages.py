@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.test import Client, RequestFactory
 
 from common import redis as gateway_redis
-from gateway.configfile.apply import config_load
+from configfile.apply import config_load
 from quotas.models import Bucket
 from routing.models import Provider
 from tenants.keys import key_hash

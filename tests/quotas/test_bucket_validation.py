@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from common.durations import duration_parse
 from common.reader import Errors, Section
-from gateway.configfile.limits import parse_limit
+from quotas.limits import parse_limit
 from quotas.models import Bucket
 from quotas.snapshot import quota_snapshot_build
 from quotas.validation import bucket_defaults, bucket_errors

@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from common.reader import Errors
-from gateway.configfile.names import bucket_name, scoped_limits
-from gateway.configfile.schema import Config
+from configfile.schema import Config
+from configfile.scopes import scoped_limits
+from quotas.names import bucket_name
 from tenants.keys import key_hash
 
 BUCKET_NAME_MAX_LENGTH = 200

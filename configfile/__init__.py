@@ -2,7 +2,7 @@
 
 The modules here are pure — no Django, no database: ``config_read`` loads the YAML,
 ``config_parse`` turns it into the dataclasses of ``schema`` or raises ``ConfigError`` listing
-every problem with its path in the file. ``gateway.configfile.apply`` writes a parsed
+every problem with its path in the file. ``configfile.apply`` writes a parsed
 ``Config`` to the database.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from common.reader import ConfigError, Errors, Section
-from gateway.configfile.schema import Config, parse_config
-from gateway.configfile.validate import KnownNames, config_validate
+from configfile.schema import Config, parse_config
+from configfile.validate import KnownNames, config_validate
 
 __all__ = ["Config", "ConfigError", "KnownNames", "config_parse", "config_read"]
 
