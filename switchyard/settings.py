@@ -207,7 +207,7 @@ STORAGES = {
 }
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["gateway.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "gateway.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,

@@ -30,7 +30,7 @@ from quotas.names import bucket_name, scope_name
 from routing.core import EndpointConfig, ModelConfig, RoutingParameters
 from simulator.model import LimitsSpec, Market, ProviderBehaviour
 from simulator.switchback.admission import Workload
-from simulator.switchback.gateway import Route
+from simulator.switchback.route import Route
 from simulator.switchback.traffic import max_tokens_for
 
 # Day 0 starts at local midnight of a Monday in a week without a DST change, so daily windows
