@@ -83,7 +83,7 @@ def report(rows, wall: float, jobs: int) -> str:
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
     django.setup()
     from tests.faults import harness as h
 

@@ -28,7 +28,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
 from simulator.switchback import compiled  # noqa: E402  (imports neither core)
 

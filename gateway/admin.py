@@ -11,9 +11,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from gateway.export import CallerNames, generations_csv
 from gateway.models import Generation, Job
 from gateway.selectors import STATUS_CLASSES
-from ops.export import CallerNames, generations_csv
 from tenants.models import ApiKey, App, Tenant
 from tenants.scoping import Access, TenantScopedAdmin, tenant_choices
 

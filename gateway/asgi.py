@@ -1,4 +1,4 @@
-"""ASGI entry point: ``uvicorn gateway.asgi:application``.
+"""The ASGI application (served as ``uvicorn switchyard.asgi:application``).
 
 Two Django handlers share one URLconf:
 - the proxy API (``/v1/…``) runs on the event loop only. Django's own ASGI handler starts a
@@ -23,7 +23,7 @@ from typing import Any
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 django.setup(set_prefix=False)
 
 import orjson  # noqa: E402

@@ -27,7 +27,7 @@ from django.http import HttpRequest, HttpResponse
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from gateway.call import Call
 from gateway.errors import IdempotencyConflict, IdempotencyKeyReused, InvalidRequest
 

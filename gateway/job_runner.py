@@ -154,10 +154,8 @@ def _call_on(loop: asyncio.AbstractEventLoop, function: Any, *args: Any) -> Any:
 
 
 def _later(job_id: str, countdown: float) -> None:
-    from gateway.tasks import job_run as task
-
     try:
-        task.apply_async((job_id,), countdown=countdown)
+        jobs.job_enqueue(job_id, countdown)
     except Exception:  # the Celery broker: the resume task finds the job later
         log.warning("could not queue job %s again now", job_id, exc_info=True)
 

@@ -24,6 +24,7 @@ import logging
 import uuid
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, F, Min
@@ -101,8 +102,6 @@ async def job_submit(call: Call, body: dict[str, Any], session_id: str) -> Job:
 
 
 def _job_create(call: Call, body: dict[str, Any], session_id: str) -> Job:
-    from gateway.tasks import job_run  # the task module imports the runner, which imports us
-
     principal = call.principal
     assert principal is not None and call.model is not None
     job = Job.objects.create(
@@ -119,10 +118,20 @@ def _job_create(call: Call, body: dict[str, Any], session_id: str) -> Job:
         session_id=session_id[:200],
     )
     try:
-        job_run.delay(job.id)
+        job_enqueue(job.id)
     except Exception:  # the Celery broker: the resume task finds the job, it stays queued
         log.warning("could not hand job %s to a worker now", job.id, exc_info=True)
     return job
+
+
+# The task that runs a job, by name: its module (gateway/tasks.py) imports the runner, which
+# imports this module, so the job is handed over by name and the imports run one way.
+JOB_RUN_TASK = "gateway.tasks.job_run"
+
+
+def job_enqueue(job_id: str, countdown: float = 0.0) -> None:
+    """Hand the job to a Celery worker, at once or ``countdown`` seconds from now."""
+    current_app.send_task(JOB_RUN_TASK, (job_id,), countdown=countdown, ignore_result=True)
 
 
 def job_lease(job_id: str, now: dt.datetime) -> Job | None:

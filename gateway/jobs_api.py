@@ -15,10 +15,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import jobs
+from gateway.authentication import principal_of
 from gateway.db import FreshConnectionView
 from gateway.errors import InvalidRequest, JobNotCancellable, NotFound
 from gateway.models import Job
-from tenants.authentication import principal_of
 
 
 class JobDetail(FreshConnectionView, APIView):

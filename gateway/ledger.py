@@ -26,8 +26,8 @@ import orjson
 from django.conf import settings
 from django.db import models
 
-from gateway import redis as sy_redis
-from gateway.faultlog import faults
+from common import redis as sy_redis
+from common.faultlog import faults
 from gateway.models import Generation
 from quotas.models import Reservation
 

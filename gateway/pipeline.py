@@ -5,34 +5,32 @@
                                                  │ reconcile
                                                  └ decide: respond, retry, fall back, refuse
 
-Each step is one call into the app that owns it; nothing clever lives here.
+Each step is one call into the app that owns it; nothing clever lives here. The first steps
+are in ``intake``, a good answer (whole or streamed) and the grant's settlement in ``answers``,
+the headers every answer carries in ``responses``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import orjson
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
+from common.faultlog import faults
 from gateway import idempotency, jobs, metrics
 from gateway.admission import Admitted, admit
+from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
-from gateway.decision import decision_headers
 from gateway.dispatch import Attempt, attempt_send
 from gateway.errors import (
     AuthenticationFailed,
-    BodyTooLarge,
     BrokerUnavailable,
     CapacityRefused,
     GatewayError,
@@ -43,37 +41,27 @@ from gateway.errors import (
     UnknownModel,
     error_response,
 )
-from gateway.faultlog import faults
-from gateway.model_objects import model_object
+from gateway.intake import body_parse, principal_identify, snapshot_current, workload_choose
 from gateway.models import Job
-from gateway.providers.base import Outcome, Usage
-from gateway.quality import tool_calls_malformed
-from gateway.records import generation_record, reservation_record, usage_cost
-from gateway.snapshot import Snapshot, holder
-from gateway.streaming import StreamEnd, relay
-from gateway.validation import chat_request_parse
-from quotas.broker import Broker, actual_usage, broker_get, demand_usage
+from gateway.providers.base import Outcome
+from gateway.records import generation_record, reservation_record
+from gateway.responses import SHOULD_RETRY_HEADER, json_response, response_headers
+from gateway.snapshot import Snapshot
+from quotas.broker import Broker, broker_get, demand_usage
 from quotas.core.estimate import input_tokens_heuristic, requested_max_output
 from quotas.core.retry import Failure, Next, retry_decide
-from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
 from routing.core.overrides import model_suffix_split, provider_preferences_parse
 from routing.core.planner import RoutingRequest, plan_explanation
 from routing.core.stats import Outcome as RoutingOutcome
-from routing.core.sticky import StickyState, conversation_key
-from routing.live import LiveRouter, live_router
-from tenants.identity import Principal, bearer_secret
+from routing.core.sticky import conversation_key
+from routing.live import live_router
+from tenants.identity import Principal
 
 log = logging.getLogger(__name__)
 _Answer = TypeVar("_Answer")
 
-PROVIDER_HEADER = "x-switchyard-provider"
-ROUTE_HEADER = "x-switchyard-route"
-DEGRADED_HEADER = "x-switchyard-degraded-from"
-REQUEST_ID_HEADER = "x-request-id"
-WORKLOAD_HEADER = "x-switchyard-workload"
 SESSION_HEADER = "x-session-id"
-SHOULD_RETRY_HEADER = "x-should-retry"
 # A deferred job that met Redis away tries again this much later (s).
 BROKER_AWAY_RETRY_SECONDS = 2.0
 
@@ -103,11 +91,11 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
     call = Call()
 
     async def steps() -> HttpResponse | StreamingHttpResponse:
-        snapshot = await _snapshot()
-        call.principal = _identify(snapshot, request, call.created)
-        body = _parse(request)
+        snapshot = await snapshot_current()
+        call.principal = principal_identify(snapshot, request, call.created)
+        body = body_parse(request)
         call.model = _model(snapshot, call.principal, body, call=call)
-        call.workload = _workload(snapshot, call, request)
+        call.workload = workload_choose(snapshot, call, request)
         call.stream = bool(body.get("stream"))
         deferred = jobs.wants_deferral(request, call)
         if deferred:
@@ -119,12 +107,12 @@ async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpR
         if deferred:
             job = await jobs.job_submit(call, body, request.headers.get(SESSION_HEADER, ""))
             call.reason = "deferred"
-            headers = {**_headers(call), "Location": f"/v1/jobs/{job.id}"}
-            response = _json(jobs.job_data(job), status=202, headers=headers)
+            headers = {**response_headers(call), "Location": f"/v1/jobs/{job.id}"}
+            response = json_response(jobs.job_data(job), status=202, headers=headers)
         else:
             response = await _respond(call, snapshot, body, request.headers.get(SESSION_HEADER))
         if isinstance(response, HttpResponse) and response.status_code < 300:
-            # A streamed answer is remembered when it ends (``_stream_response``).
+            # A streamed answer is remembered when it ends (``answer_stream``).
             await idempotency.remember(
                 call, response.status_code, response.content, dict(response.items())
             )
@@ -142,7 +130,7 @@ async def job_attempt(
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries)
 
     async def run() -> HttpResponse | CapacityRefused:
-        snapshot = await _snapshot()
+        snapshot = await snapshot_current()
         call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
         if call.principal is None:
             raise AuthenticationFailed("The API key that submitted this job is no longer active.")
@@ -191,13 +179,13 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         generation_record(call, status=error.status)
         await idempotency.release(call)
         return error_response(
-            error, {**_headers(call, retry_after=1.0), SHOULD_RETRY_HEADER: "true"}
+            error, {**response_headers(call, retry_after=1.0), SHOULD_RETRY_HEADER: "true"}
         )
     except GatewayError as error:
         call.reason = error.reason
         generation_record(call, status=error.status)
         await idempotency.release(call)
-        headers = _headers(call, retry_after=_retry_after(error))
+        headers = response_headers(call, retry_after=_retry_after(error))
         headers[SHOULD_RETRY_HEADER] = "true" if _worth_retrying(call, error) else "false"
         return error_response(error, headers)
     except asyncio.CancelledError:  # the client left, perhaps while waiting for capacity
@@ -206,7 +194,7 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
             generation_record(call, status=499, cancelled=True)
         await idempotency.release(call)
         raise
-    except Exception:  # a bug; its grant, if any, was settled on the way out (``_owned``)
+    except Exception:  # a bug; its grant, if any, was settled on the way out (``grant_owned``)
         log.exception("request %s failed unexpectedly", call.id)
         error = InternalError("Switchyard failed to serve this request; it has been logged.")
         call.reason = "internal_error"
@@ -216,7 +204,7 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         except Exception:  # the ledger itself may be what failed: the answer still goes out
             log.exception("request %s: its ledger row could not be written", call.id)
         await idempotency.release(call)
-        headers = _headers(call)
+        headers = response_headers(call)
         headers[SHOULD_RETRY_HEADER] = "false"
         return error_response(error, headers)
 
@@ -233,62 +221,6 @@ async def _respond(
             raise
         body = _degrade(call, snapshot, body)
         return await _serve(call, snapshot, body, await _plan(call, snapshot, body, session_id))
-
-
-async def models_list(request: HttpRequest) -> HttpResponse:
-    """``GET /v1/models``: the models this key may use."""
-    try:
-        snapshot = await _snapshot()
-        principal = _identify(snapshot, request, time.time())
-    except GatewayError as error:
-        return error_response(error)
-    data = [
-        model_object(model)
-        for slug, model in sorted(snapshot.catalogue.models.items())
-        if model.endpoints and principal.may_use(slug)
-    ]
-    return _json({"object": "list", "data": data})
-
-
-async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
-    """``GET /v1/models/{id}`` (the SDKs' ``models.retrieve``): one model this key may use."""
-    try:
-        snapshot = await _snapshot()
-        principal = _identify(snapshot, request, time.time())
-        model = snapshot.catalogue.models.get(model_id)
-        if model is None or not model.endpoints or not principal.may_use(model_id):
-            # The same answer whether it does not exist or this key may not see it.
-            raise UnknownModel(f"The model '{model_id}' does not exist.")
-    except GatewayError as error:
-        return error_response(error)
-    return _json(model_object(model))
-
-
-async def _snapshot() -> Snapshot:
-    try:
-        return await holder.get()
-    except Exception as exc:  # Redis or the database is down: say so, don't 500.
-        raise ServiceUnavailable("Switchyard cannot read its configuration right now.") from exc
-
-
-def _identify(snapshot: Snapshot, request: HttpRequest, now: float) -> Principal:
-    secret = bearer_secret(request.headers.get("authorization"))
-    principal = snapshot.keys.identify(secret, now=now) if secret else None
-    if principal is None:
-        raise AuthenticationFailed(
-            "Invalid API key. Send 'Authorization: Bearer sk-sy-…' with an active key."
-        )
-    return principal
-
-
-def _parse(request: HttpRequest) -> dict[str, Any]:
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise BodyTooLarge(
-            f"Request body is larger than the limit of {settings.MAX_REQUEST_BODY_BYTES} bytes."
-        ) from None
-    return chat_request_parse(raw, max_bytes=settings.MAX_REQUEST_BODY_BYTES)
 
 
 def _model(
@@ -317,25 +249,6 @@ def _model(
         found = found or model
     assert found is not None
     return found
-
-
-def _workload(snapshot: Snapshot, call: Call, request: HttpRequest) -> Workload:
-    """The request's workload class: the app's (set on the call by ``_model``), or a lighter
-    one that the request names."""
-    workloads = snapshot.quotas.workloads
-    default = call.workload
-    asked = request.headers.get(WORKLOAD_HEADER)
-    if asked and asked != default.name:
-        chosen = workloads.get(asked)
-        if chosen is None:
-            raise InvalidRequest(f"There is no workload class '{asked}'.", code="unknown_workload")
-        if chosen.weight > default.weight:
-            raise PermissionDenied(
-                f"This app may not send '{asked}' work (heavier than its class '{default.name}').",
-                code="workload_not_allowed",
-            )
-        return chosen
-    return default
 
 
 def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, Any]:
@@ -424,12 +337,12 @@ async def _serve(
     while True:
         waited_before = call.queue_wait
         admitted = await admit(call, snapshot, body, candidates, broker)
-        async with _owned(admitted, broker):
+        async with grant_owned(admitted, broker):
             call.attempts += 1
             try:
                 attempt = await _dispatch(call, body, admitted, broker)
             except asyncio.CancelledError:  # the client left: the upstream call went with it
-                await _abandoned(call, admitted, broker)
+                await grant_abandoned(call, admitted, broker)
                 raise
             outcome = attempt.failure.outcome.value if attempt.failure else "ok"
             metrics.child(metrics.ATTEMPTS, admitted.endpoint.provider.name, outcome).inc()
@@ -443,8 +356,8 @@ async def _serve(
             call.timeline.append(step)
             if attempt.ok:
                 if attempt.stream is not None:
-                    return _stream_response(call, attempt, admitted, broker, live)
-                return await _complete(call, attempt, admitted, broker, live)
+                    return answer_stream(call, attempt, admitted, broker, live)
+                return await answer_complete(call, attempt, admitted, broker, live)
             # F4: a call the provider received counts against its request rate and spend.
             sent = demand_usage(admitted.demand, admitted.endpoint) if attempt.sent else None
             released = await broker.release(admitted.grant, sent=sent)
@@ -524,235 +437,6 @@ async def _dispatch(
         return await send
 
 
-@contextlib.asynccontextmanager
-async def _owned(admitted: Admitted, broker: Broker) -> AsyncIterator[None]:
-    """While a step holds the grant, anything it raises settles the grant on the way out, so
-    no failure keeps capacity other requests wait for (C9): released whole if nothing went
-    to the provider; else its estimates stand, as after an expired lease, since the provider
-    may have counted and charged the call. Normal exits leave the grant to its owner."""
-    try:
-        yield
-    except BaseException:
-        if not admitted.settled:
-            admitted.settled = True
-            estimated = admitted.estimated_usage()
-            cost = usage_cost(admitted.endpoint, estimated)
-            try:
-                if admitted.sent:
-                    await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
-                else:
-                    await broker.release(admitted.grant)
-            except Exception:  # Redis is failing too: the lease expires by itself (C9)
-                log.warning("a failed request's reservation was left to expire", exc_info=True)
-        raise
-
-
-async def _abandoned(call: Call, admitted: Admitted, broker: Broker) -> None:
-    """C10: the client left while a non-streamed attempt ran. Its slot comes back now, not
-    when its lease runs out, and its estimates stand, as after an expired lease (C9): the
-    provider may have charged for what it read and wrote, and nobody will say how much."""
-    estimated = admitted.estimated_usage()
-    cost = usage_cost(admitted.endpoint, estimated)
-    settled = await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
-    admitted.settled = True
-    reservation_record(
-        call, admitted.endpoint, admitted.grant, settled, estimated_spend=admitted.spend
-    )
-    call.reason = "client_disconnected"
-    generation_record(call, status=499, cancelled=True)
-
-
-async def _complete(
-    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
-) -> HttpResponse:
-    completion = attempt.completion
-    assert completion is not None
-    endpoint = admitted.endpoint
-    call.ttft = call.elapsed()
-    usage = completion.usage or admitted.estimated_usage()
-    cost = usage_cost(endpoint, usage)
-    await _settle_answered(call, admitted, broker, usage, cost)
-    admitted.learn(usage)
-    broker.observe_later(admitted.buckets, attempt.limits)
-    calls = [
-        call_
-        for choice in completion.body.get("choices") or ()
-        for call_ in (choice.get("message") or {}).get("tool_calls") or ()
-    ]
-    _observe_answer(call, live, admitted, usage, attempt.seconds, None, calls)
-    result = completion.body
-    result["provider"] = endpoint.provider.name
-    result.setdefault("usage", usage.as_openai())["cost"] = cost
-    call.reason = "ok"
-    response = _json(result, headers=_headers(call))
-    generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
-    return response
-
-
-async def _settle_answered(
-    call: Call, admitted: Admitted, broker: Broker, usage: Usage, cost: float
-) -> None:
-    """Settle the grant of an attempt the provider answered (C6) and record it (C8).
-
-    With Redis away the answer still counts: the provider made it and charged for it, and
-    turning it into a 503 would throw it away (a job would end failed, a retry would pay
-    twice). The grant is then left to its lease, which runs out and is reaped and recorded
-    with its estimates standing (C9)."""
-    try:
-        settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
-    except RedisError:
-        faults.warning(log, "settle:redis", "an answered request's reservation was left to expire")
-        admitted.settled = True
-        return
-    admitted.settled = True
-    reservation_record(
-        call,
-        admitted.endpoint,
-        admitted.grant,
-        settled,
-        estimated_spend=admitted.spend,
-        usage=usage,
-    )
-
-
-def _stream_response(
-    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
-) -> StreamingHttpResponse:
-    endpoint = admitted.endpoint
-    translator = attempt.adapter.stream_translator(
-        response_id=call.id, model=endpoint.model_slug, created=int(call.created)
-    )
-    upstream_started = time.monotonic() - attempt.seconds
-    upstream = attempt.stream
-    assert upstream is not None
-
-    async def finish(end: StreamEnd) -> None:
-        call.ttft = end.ttft
-        call.reason = end.reason or "ok"
-        await _settle_answered(call, admitted, broker, end.usage, usage_cost(endpoint, end.usage))
-        if end.usage_reported:
-            admitted.learn(end.usage)
-        broker.observe_later(admitted.buckets, attempt.limits)
-        if end.status == 200:
-            _observe_answer(
-                call,
-                live,
-                admitted,
-                end.usage,
-                time.monotonic() - upstream_started,
-                end.upstream_ttft,
-                end.tool_calls,
-            )
-        elif end.status != 499:
-            live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
-        generation_record(
-            call,
-            status=end.status,
-            usage=end.usage,
-            finish_reason=end.finish_reason,
-            cancelled=end.status == 499,
-        )
-        if end.status == 200:
-            await idempotency.remember(call, 200, b"", {})
-        else:  # broken or left mid-stream: nothing whole was delivered
-            await idempotency.release(call)
-
-    async def body() -> Any:
-        try:
-            async with broker.held(admitted.grant), _owned(admitted, broker):
-                parts = relay(
-                    upstream,
-                    translator,
-                    provider=endpoint.provider.name,
-                    include_usage=bool(
-                        (admitted.body.get("stream_options") or {}).get("include_usage")
-                    ),
-                    estimated_input_tokens=admitted.demand.input_tokens,
-                    started=call.started,
-                    upstream_started=upstream_started,
-                    cost=lambda usage: usage_cost(endpoint, usage),
-                    finish=finish,
-                )
-                # A body closed mid-stream (the client gone) closes the relay, whose own ending
-                # settles the grant, writes the ledger row and frees the Idempotency-Key.
-                async with contextlib.aclosing(parts):
-                    async for part in parts:
-                        yield part
-        except Exception:
-            # Past the headers no error answer can go out; the ledger and the key still must.
-            log.exception("stream %s failed unexpectedly", call.id)
-            if not call.recorded:
-                call.reason = "internal_error"
-                generation_record(call, status=500)
-            await idempotency.release(call)
-            raise
-
-    call.reason = "ok"
-    response = StreamingHttpResponse(body(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    for name, value in _headers(call).items():
-        response[name] = value
-    return response
-
-
-def _observe_answer(
-    call: Call,
-    live: LiveRouter,
-    admitted: Admitted,
-    usage: Usage,
-    latency: float,
-    ttft: float | None,
-    tool_calls: list[dict[str, Any]],
-) -> None:
-    """G2–G8 live stats from a good answer, and the conversation's pin (G12)."""
-    endpoint = admitted.endpoint
-    malformed = tool_calls_malformed(admitted.body.get("tools"), tool_calls)
-    live.observe(
-        endpoint.key,
-        RoutingOutcome(
-            kind="ok",
-            latency_s=latency,
-            ttft_s=ttft,
-            input_tokens=usage.input_tokens,
-            cached_input_tokens=usage.cached_input_tokens,
-            output_tokens=usage.output_tokens,
-            output_checked=malformed is not None,
-            output_bad=bool(malformed),
-        ),
-    )
-    if call.conversation is not None:
-        live.sticky_set_later(
-            call.conversation,
-            StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
-            ttl=endpoint.provider.cache_ttl_seconds,
-        )
-
-
-def _headers(call: Call, *, retry_after: float | None = None) -> dict[str, str]:
-    headers = {REQUEST_ID_HEADER: call.id}
-    if call.endpoint is not None and call.reason == "ok":
-        headers[PROVIDER_HEADER] = call.endpoint.provider.name
-    if call.route:
-        headers[ROUTE_HEADER] = call.route
-    if call.degraded_from:
-        headers[DEGRADED_HEADER] = call.degraded_from
-    if call.principal is not None:
-        headers.update(
-            decision_headers(
-                reason=call.reason or "ok",
-                workload=call.workload.name,
-                attempts=call.attempts,
-                queue_wait=call.queue_wait,
-                states=call.bucket_states,
-                binding_bucket=call.binding_bucket,
-                retry_after=retry_after,
-                queue_id=call.queue_id,
-            )
-        )
-    return headers
-
-
 def _worth_retrying(call: Call, error: GatewayError) -> bool:
     """Should the client's SDK retry (``x-should-retry``, which OpenAI's SDKs obey)? Only a
     refusal before any provider call, after its Retry-After: the gateway already spent the
@@ -763,15 +447,6 @@ def _worth_retrying(call: Call, error: GatewayError) -> bool:
 def _retry_after(error: GatewayError) -> float | None:
     value = getattr(error, "retry_after", None)
     return float(value) if value is not None else None
-
-
-def _json(
-    data: dict[str, Any], *, status: int = 200, headers: dict[str, str] | None = None
-) -> HttpResponse:
-    response = HttpResponse(orjson.dumps(data), status=status, content_type="application/json")
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
 
 
 def _require_model(call: Call) -> ModelEntry:

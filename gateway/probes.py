@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from gateway.errors import MethodNotAllowed
 from gateway.snapshot import holder
 from quotas.broker import broker_get

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
+from common.faultlog import faults
 from gateway.db import database_work
-from gateway.faultlog import faults
 from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build

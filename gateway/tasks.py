@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from gateway import job_runner, ledger
+from gateway import job_runner, jobs, ledger
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -10,7 +10,7 @@ def ledger_flush() -> int:
     return ledger.ledger_flush()
 
 
-@shared_task(acks_late=True, ignore_result=True)
+@shared_task(name=jobs.JOB_RUN_TASK, acks_late=True, ignore_result=True)
 def job_run(job_id: str) -> str:
     return job_runner.job_run(job_id)
 

@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway import openapi, pipeline
+from gateway import models_api, openapi, pipeline
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
 
@@ -20,13 +20,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
 async def models_list(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
-    return await pipeline.models_list(request)
+    return await models_api.models_list(request)
 
 
 async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
     if request.method != "GET":
         return _method_not_allowed("GET")
-    return await pipeline.model_detail(request, model_id)
+    return await models_api.model_detail(request, model_id)
 
 
 async def openapi_json(request: HttpRequest) -> HttpResponse:

@@ -15,7 +15,7 @@ all buckets, one pipeline for the queue depths), so an alert on saturation needs
   that only grows, or an oldest wait near the classes' deadlines, wants more capacity or
   workers.
 
-Only platform staff read ``/metrics`` (``gateway.metrics.metrics_view``): these name every
+Only platform staff read ``/metrics`` (``ops.scrape.metrics_view``): these name every
 tenant's buckets.
 """
 
@@ -33,8 +33,8 @@ from redis.exceptions import RedisError
 
 from gateway.jobs import jobs_open
 from gateway.ledger import ledger_backlog
-from ops.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
 from quotas.core.model import BucketSpec
+from quotas.levels import REDIS_TIMEOUT_SECONDS, broker_spec, store_levels
 from quotas.models import Bucket
 from quotas.snapshot import UNBUILDABLE, with_learned_buckets
 from quotas.store.queue_redis import queue_prefix

@@ -13,7 +13,6 @@ from datetime import datetime
 from django.utils.safestring import SafeString, mark_safe
 
 from ops.charts import Series, bar_chart, format_value, line_chart
-from ops.levels import Levels, bucket_levels
 from ops.selectors import (
     LedgerSeries,
     ProviderShare,
@@ -26,6 +25,7 @@ from ops.selectors import (
     routes_used,
     window_of,
 )
+from quotas.levels import Levels, bucket_levels
 from routing.models import Provider
 from tenants.models import Tenant
 

@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from gateway.export import generations_csv
 from gateway.selectors import Cursor, generation_list, generation_rows
-from ops.export import generations_csv
 from ops.forms import ActivityFilterForm
 from ops.saturation import saturation_page
 from ops.selectors import SPANS

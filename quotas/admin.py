@@ -16,11 +16,13 @@ from django.db.models import Q
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
-from gateway.configfile.admin_base import ConfigModelAdmin
-from gateway.configfile.durations import duration_format
-from gateway.configfile.names import bucket_qualifier, scope_name
-from ops.levels import bucket_level_text
+from common.durations import duration_format
+from quotas.levels import bucket_level_text
 from quotas.models import Bucket, WorkloadClass
+from quotas.names import bucket_qualifier, scope_name
+from routing import admin as routing_admin
+from tenants import admin as tenants_admin
+from tenants.admin_base import ConfigModelAdmin
 from tenants.scoping import Access, TenantScopedInline, tenant_member
 
 # Scopes whose buckets a tenant admin may add, change and delete: inside their own tenant, so the
@@ -319,3 +321,18 @@ def bucket_inline(scope_kind: str) -> type[BucketInline]:
         "tenant_access": access,
     }
     return type(f"{scope_kind.title()}BucketInline", (BucketInline,), attrs)
+
+
+# The tenant-side and provider-side pages are drawn by tenants/admin.py and routing/admin.py;
+# the buckets they list are quotas' rows, so quotas adds the inline to each page (last, below
+# the page's own inlines).
+for page, scope_kind in (
+    (tenants_admin.PartnerAdmin, "partner"),
+    (tenants_admin.TenantAdmin, "tenant"),
+    (tenants_admin.TeamAdmin, "team"),
+    (tenants_admin.AppAdmin, "app"),
+    (tenants_admin.ApiKeyAdmin, "api_key"),
+    (routing_admin.ProviderAdmin, "provider"),
+    (routing_admin.RouteModelAdmin, "model"),
+):
+    page.inlines = [*page.inlines, bucket_inline(scope_kind)]

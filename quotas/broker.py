@@ -16,9 +16,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from gateway import redis as sy_redis
-from gateway.providers.base import LimitObservation, RateLimitInfo
-from gateway.providers.base import Usage as ProviderUsage
+from common import redis as sy_redis
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
@@ -32,6 +30,8 @@ from quotas.core.model import (
     Usage,
     sent_usage,
 )
+from quotas.core.observed import LimitObservation, RateLimitInfo
+from quotas.core.observed import Usage as ProviderUsage
 from quotas.queue import BrokerQueue
 from quotas.snapshot import QuotaSnapshot, ScopedBucket
 from quotas.store.queue_redis import RedisQueueStore

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from gateway.configfile.reader import non_negative_int, positive_number
-from quotas.validation import ConfigRules, bucket_defaults, bucket_errors, seconds
+from common.reader import non_negative_int, positive_number
+from common.rules import ConfigRules, seconds
+from quotas.validation import bucket_defaults, bucket_errors
 
 
 class WorkloadClass(ConfigRules, models.Model):

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from gateway.faultlog import faults
+from common.faultlog import faults
 from quotas.core.fairqueue import (
     DEFAULT_BURST_TOKENS,
     MAILBOX_ALIVE_SECONDS,

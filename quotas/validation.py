@@ -1,7 +1,7 @@
 """The configuration file's rules as model validation: the admin refuses what ``loadconfig`` does.
 
 Each field the file can set is checked here with the very converter ``loadconfig`` uses for it
-(``gateway.configfile.reader`` / ``limits`` / ``schema``), with its wording; a limit's shape is
+(``common.reader`` / ``limits`` / ``schema``), with its wording; a limit's shape is
 checked with the file's table of the keys each rule needs and refuses, then built with the
 function the quota snapshot uses (``quotas.core.specs.bucket_spec_build``), so a row the admin
 saves is one the snapshot can build. ``loadconfig`` itself saves through ``full_clean`` too.
@@ -10,80 +10,13 @@ saves is one the snapshot can build. ``loadconfig`` itself saves through ``full_
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Mapping
-from decimal import Decimal
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any
 
-from django.core.exceptions import ValidationError
-
-from gateway.configfile.limits import DIMENSIONS, FIXED_WINDOWS, RULE_KEYS, ramp_factor
-from gateway.configfile.reader import Invalid, positive_number, timezone_name
+from common.reader import positive_number, timezone_name
+from common.rules import FieldErrors, FieldRule, rules_check, seconds
 from quotas.core.specs import bucket_spec_build
-
-# A check of one field's value: returns anything, raises ``Invalid`` with the file's message.
-FieldRule = Callable[[Any], object]
-FieldErrors = dict[str, list[str]]
-
-
-def seconds(value: object) -> float:
-    """A duration the database holds in seconds; the file's ``duration`` refuses zero too."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
-        raise Invalid(f"must be a positive number of seconds, got {value:g}")
-    return positive_number(value)
-
-
-def exact(rule: FieldRule) -> FieldRule:
-    """``rule`` for a decimal field (prices): the file's converters read numbers, not Decimals."""
-
-    def check(value: object) -> object:
-        return rule(float(value) if isinstance(value, Decimal) else value)
-
-    return check
-
-
-def rules_check(
-    values: Mapping[str, Any], rules: Mapping[str, FieldRule], skip: Collection[str] = ()
-) -> FieldErrors:
-    """Every field of ``rules`` whose value breaks its rule, with the file's message.
-
-    An empty value (None or "") is left to the field's own checks: required fields refuse it.
-    """
-    errors: FieldErrors = {}
-    for field, rule in rules.items():
-        value = values.get(field)
-        if field in skip or value is None or value == "":
-            continue
-        try:
-            rule(value)
-        except Invalid as error:
-            where = f"{error.at.lstrip('.')}: " if error.at else ""
-            errors.setdefault(field, []).append(f"{where}{error}")
-    return errors
-
-
-class ConfigRules:
-    """A model mixin: ``clean_fields`` also applies ``config_rules`` (field → the file's rule).
-
-    In ``clean_fields`` rather than ``clean`` because the admin excludes the fields a user may
-    not edit (read-only for tenant members), so a bad value the platform set cannot block them.
-    """
-
-    config_rules: ClassVar[Mapping[str, FieldRule]] = {}
-
-    def clean_fields(self, exclude: Collection[str] | None = None) -> None:
-        errors: dict[str, list[Any]] = {}  # Django's messages, then the rules' strings
-        try:
-            super().clean_fields(exclude=exclude)  # type: ignore[misc]
-        except ValidationError as error:
-            errors = error.update_error_dict({})
-        values = {field: getattr(self, field) for field in self.config_rules}
-        # A field Django already refused has one message; the rule's would repeat it.
-        skip = {*(exclude or ()), *errors}
-        for field, messages in rules_check(values, self.config_rules, skip).items():
-            errors.setdefault(field, []).extend(messages)
-        if errors:
-            raise ValidationError(errors)
-
+from quotas.limits import DIMENSIONS, FIXED_WINDOWS, RULE_KEYS, ramp_factor
 
 # --- Buckets: a limit's shape ------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from gateway.configfile.admin_base import ConfigModelAdmin
-from quotas.admin import bucket_inline
 from routing.models import Endpoint, Model, Provider
+from tenants import admin as tenants_admin
+from tenants.admin_base import ConfigModelAdmin
+from tenants.models import ApiKey
 from tenants.scoping import Access, TenantScopedInline
 
 
@@ -73,7 +74,6 @@ class ProviderAdmin(ConfigModelAdmin):
     ]
     list_filter = ["protocol", "is_active"]
     search_fields = ["name", "base_url"]
-    inlines = [bucket_inline("provider")]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Provider]:
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
@@ -129,7 +129,7 @@ class RouteModelAdmin(ConfigModelAdmin):
     search_fields = ["slug"]
     autocomplete_fields = ["fallback_model"]
     list_select_related = ["fallback_model"]
-    inlines = [EndpointInline, bucket_inline("model")]
+    inlines = [EndpointInline]
     catalogue = True
     tenant_access = Access.VIEW
 
@@ -161,3 +161,43 @@ class EndpointAdmin(ConfigModelAdmin):
     list_select_related = ["model", "provider"]
     catalogue = True
     tenant_access = Access.VIEW
+
+
+# An API key's page is drawn by tenants/admin.py; the models it may use are catalogue rows,
+# so routing, which owns them, adds the field that picks them.
+def catalogue_model_choices() -> list[tuple[str, str]]:
+    """Every model slug of the catalogue (public to every tenant), read when a form is built."""
+    rows = Model.objects.order_by("slug").values_list("slug", "is_active")
+    return [(slug, slug if active else f"{slug} (inactive)") for slug, active in rows]
+
+
+class AllowedModelsField(forms.MultipleChoiceField):
+    """A key's ``allowed_models`` picked from the catalogue: a slug that is not there (a stale
+    or forged form) is refused as ``loadconfig`` refuses it."""
+
+    default_error_messages = {"invalid_choice": "unknown model '%(value)s'"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.CheckboxSelectMultiple)
+        kwargs.setdefault(
+            "help_text", "The models this key may use; none ticked means every model."
+        )
+        super().__init__(choices=catalogue_model_choices, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        # A row saved before validation may hold one slug as a plain string.
+        return [value] if isinstance(value, str) else value
+
+
+admin.site.unregister(ApiKey)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(tenants_admin.ApiKeyAdmin):
+    """The key's page with its ``allowed_models`` picked from the catalogue."""
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "allowed_models":
+            return AllowedModelsField(label="Allowed models")
+        return super().formfield_for_dbfield(db_field, request, **kwargs)

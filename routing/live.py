@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from gateway import redis as sy_redis
-from gateway.faultlog import faults
+from common import redis as sy_redis
+from common.faultlog import faults
 from routing.catalogue import Catalogue
 from routing.core.parameters import RoutingParameters
 from routing.core.planner import Plan, RoutingRequest

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from gateway.configfile.reader import (
+from common.reader import (
     choice,
     list_of,
     model_slug,
@@ -17,10 +17,10 @@ from gateway.configfile.reader import (
     positive_int,
     url,
 )
-from gateway.configfile.schema import CAPABILITIES, routing_overrides
-from quotas.validation import ConfigRules, exact, seconds
+from common.rules import ConfigRules, exact, seconds
 from routing import credentials
 from routing.core.parameters import RoutingParameters
+from routing.validation import CAPABILITIES, routing_overrides
 
 
 def routing_parameters(overrides: dict[str, Any]) -> RoutingParameters:

@@ -20,10 +20,8 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
 
-from gateway.configfile.admin_base import ConfigModelAdmin, config_changed
-from gateway.configfile.durations import duration_format
-from quotas.admin import bucket_inline
-from routing.models import Model
+from common.durations import duration_format
+from tenants.admin_base import ConfigModelAdmin, config_changed
 from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.lifecycle import key_revoke, key_rotate
 from tenants.models import ApiKey, App, Partner, Team, Tenant, TenantMembership
@@ -38,7 +36,6 @@ class PartnerAdmin(ConfigModelAdmin):
     list_display = ["name", "tenant_count", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
-    inlines = [bucket_inline("partner")]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Partner]:
         return super().get_queryset(request).annotate(tenant_count=Count("tenants"))
@@ -91,7 +88,7 @@ class TenantAdmin(ConfigModelAdmin):
         "saturation",
     ]
     readonly_fields = ["created_at", "activity", "saturation"]
-    inlines = [TeamInline, bucket_inline("tenant")]
+    inlines = [TeamInline]
     actions = ["make_tenant_admin"]
     # A member sees their own tenant and may pick its default sort (G13); its name, weight
     # (its share of contended capacity, D2), state and reseller are the platform's to set.
@@ -181,7 +178,7 @@ class TeamAdmin(ConfigModelAdmin):
     search_fields = ["name", "tenant__name"]
     autocomplete_fields = ["tenant"]
     list_select_related = ["tenant"]
-    inlines = [AppInline, bucket_inline("team")]
+    inlines = [AppInline]
     tenant_lookup = "tenant_id"
     tenant_access = Access.EDIT
 
@@ -223,7 +220,7 @@ class AppAdmin(ConfigModelAdmin):
     search_fields = ["name", "team__name", "team__tenant__name"]
     autocomplete_fields = ["team", "default_workload"]
     list_select_related = ["team__tenant", "default_workload"]
-    inlines = [ApiKeyInline, bucket_inline("app")]
+    inlines = [ApiKeyInline]
     tenant_lookup = "team__tenant_id"
     tenant_access = Access.EDIT
     tenant_readonly_fields = MEMBER_READONLY_APP_FIELDS
@@ -238,31 +235,6 @@ class AppAdmin(ConfigModelAdmin):
     @admin.display(description="keys", ordering="key_count")
     def key_count(self, app: Any) -> int:
         return int(app.key_count)
-
-
-def catalogue_model_choices() -> list[tuple[str, str]]:
-    """Every model slug of the catalogue (public to every tenant), read when a form is built."""
-    rows = Model.objects.order_by("slug").values_list("slug", "is_active")
-    return [(slug, slug if active else f"{slug} (inactive)") for slug, active in rows]
-
-
-class AllowedModelsField(forms.MultipleChoiceField):
-    """A key's ``allowed_models`` picked from the catalogue: a slug that is not there (a stale
-    or forged form) is refused as ``loadconfig`` refuses it."""
-
-    default_error_messages = {"invalid_choice": "unknown model '%(value)s'"}
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("widget", forms.CheckboxSelectMultiple)
-        kwargs.setdefault(
-            "help_text", "The models this key may use; none ticked means every model."
-        )
-        super().__init__(choices=catalogue_model_choices, **kwargs)
-
-    def prepare_value(self, value: Any) -> Any:
-        # A row saved before validation may hold one slug as a plain string.
-        return [value] if isinstance(value, str) else value
 
 
 class ApiKeyStatusFilter(admin.SimpleListFilter):
@@ -305,14 +277,8 @@ class ApiKeyAdmin(ConfigModelAdmin):
     autocomplete_fields = ["app"]
     list_select_related = ["app__team__tenant"]
     actions = ["revoke_keys", "rotate_keys", "rotate_keys_now"]
-    inlines = [bucket_inline("api_key")]
     tenant_lookup = "app__team__tenant_id"
     tenant_access = Access.EDIT
-
-    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "allowed_models":
-            return AllowedModelsField(label="Allowed models")
-        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         editable = ["app", "name", "allowed_models", "expires_at"]

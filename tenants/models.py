@@ -7,8 +7,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from gateway.configfile.reader import Invalid, list_of, model_slug, positive_number, slug
-from quotas.validation import ConfigRules
+from common.reader import Invalid, list_of, model_slug, positive_number, slug
+from common.rules import ConfigRules
 
 
 class Partner(models.Model):

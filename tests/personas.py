@@ -19,8 +19,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from gateway import redis as gateway_redis
-from gateway.configfile.apply import config_load
+from common import redis as gateway_redis
+from configfile.apply import config_load
 from gateway.models import Generation, Job
 from quotas.models import Bucket
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 REFERENCE_CONFIG = ROOT / "config" / "switchyard.yaml"
 REFERENCE_MARKET = ROOT / "config" / "market.yaml"
-# The gateway serves the files ``collectstatic`` gathered here (gateway/settings.py STATIC_ROOT).
+# The gateway serves the files ``collectstatic`` gathered here (switchyard/settings.py STATIC_ROOT).
 STATIC_MANIFEST = ROOT / "var" / "static" / "staticfiles.json"
 PROVIDER_KEYS = {
     "ALPHA_API_KEY": "sim-alpha",
@@ -111,7 +111,7 @@ class Stack:
             DATABASE_URL=self.stack_database_url,
             REDIS_URL=self.redis_url,
             REDIS_PREFIX=self.name,
-            DJANGO_SETTINGS_MODULE="gateway.settings",
+            DJANGO_SETTINGS_MODULE="switchyard.settings",
             PYTHONPATH=str(ROOT),
             PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "metrics"),
             METRICS_TOKEN=SCRAPE_TOKEN,
@@ -212,7 +212,7 @@ class Stack:
                 PYTHON,
                 "-m",
                 "uvicorn",
-                "gateway.asgi:application",
+                "switchyard.asgi:application",
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -243,7 +243,7 @@ class Stack:
                 "-m",
                 "celery",
                 "-A",
-                "gateway",
+                "switchyard",
                 "worker",
                 "--beat",
                 "--concurrency=1",

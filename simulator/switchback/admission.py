@@ -35,7 +35,7 @@ from simulator.switchback.loop import EventLoop
 from simulator.switchback.traffic import SimRequest
 
 if TYPE_CHECKING:
-    from simulator.switchback.gateway import Route
+    from simulator.switchback.route import Route
 
 # One lease per reservation, longer than any answer (the gateway renews instead).
 LEASE_S = 900.0

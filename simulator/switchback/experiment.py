@@ -24,7 +24,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from gateway.configfile import Config, config_parse, config_read
+from configfile import Config, config_parse, config_read
 from routing.core import RoutingParameters
 from simulator.model import ExperimentSpec, Market, MarketError, parse_market_text
 from simulator.switchback.analysis import changes_estimate

@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from quotas.core.model import BucketSpec, Grant, Usage
+from quotas.core.model import Grant, Usage
 from quotas.core.retry import Failure, Next, retry_decide
 from quotas.store.memory import MemoryReservationStore
 from routing.core import (
-    EndpointConfig,
     Outcome,
     ProviderPreferences,
     Router,
     RoutingRequest,
     StickyState,
 )
-from simulator.model import CompletionRequest, Plan, ProviderBehaviour, Rejection
+from simulator.model import CompletionRequest, Plan, Rejection
 from simulator.switchback.admission import SimAdmission, Workload
 from simulator.switchback.loop import EventLoop
 from simulator.switchback.metrics import CAPACITY, ERROR, UNROUTABLE, Recorder
+from simulator.switchback.route import Route
 from simulator.switchback.traffic import TOOLS, SimRequest
 
 # A refusal or an at-once failure reaches the gateway after one round trip.
@@ -46,26 +45,6 @@ PROVIDER_REFUSED = Outcome("rate_limited", latency_s=REFUSAL_LATENCY_S)
 TOOL_FEATURES = frozenset({"tools", "stream"})
 NO_PREFERENCES = ProviderPreferences()
 PLAIN_FEATURES = frozenset({"stream"})
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One endpoint as the simulated gateway dispatches to it."""
-
-    endpoint: EndpointConfig
-    behaviour: ProviderBehaviour
-    upstream: str
-    buckets: tuple[BucketSpec, ...]
-    scope: str  # the provider's scope: paused after its 429s
-
-    def cost(self, input_tokens: int, cached: int, output_tokens: int) -> float:
-        e = self.endpoint
-        uncached = input_tokens - cached
-        return (
-            uncached * e.price_input
-            + cached * e.price_cached_input
-            + output_tokens * e.price_output
-        ) * 1e-6
 
 
 class SimGateway:

@@ -1,7 +1,7 @@
 """The simulated market: providers (behaviour model), their buckets, endpoints and the router.
 
 Built from the two files a deployment has: the gateway's configuration (models, endpoints,
-prices, provider-side limits, workload classes — parsed by ``gateway.configfile``) and the
+prices, provider-side limits, workload classes — parsed by ``configfile``) and the
 market file (how each provider behaves — ``simulator.model``). ``scale`` shrinks traffic and
 every capacity together (provider limits, bucket capacities, spend caps): a smaller model of the
 same market, for fast runs. Bucket specs come from ``quotas.core.specs.bucket_spec_build``, the
@@ -16,9 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from gateway.configfile import Config
-from gateway.configfile.limits import LimitSpec
-from gateway.configfile.names import bucket_name, scope_name
+from configfile import Config
 from quotas.core.learned import learned_concurrency, learned_name, needs_learned_concurrency
 from quotas.core.model import BucketSpec, Rule
 from quotas.core.specs import (
@@ -27,10 +25,12 @@ from quotas.core.specs import (
     with_headroom,
     with_provider_rules,
 )
+from quotas.limits import LimitSpec
+from quotas.names import bucket_name, scope_name
 from routing.core import EndpointConfig, ModelConfig, RoutingParameters
 from simulator.model import LimitsSpec, Market, ProviderBehaviour
 from simulator.switchback.admission import Workload
-from simulator.switchback.gateway import Route
+from simulator.switchback.route import Route
 from simulator.switchback.traffic import max_tokens_for
 
 # Day 0 starts at local midnight of a Monday in a week without a DST change, so daily windows

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.configfile import Config
+from configfile import Config
 from quotas.store.memory import MemoryReservationStore
 from routing.core import Router, RoutingParameters
 from simulator.model import Market

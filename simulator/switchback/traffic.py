@@ -29,7 +29,7 @@ from simulator.model import ToolSpec, TrafficModelSpec, TrafficSpec, WhaleSpec
 from simulator.switchback.loop import EventLoop
 
 if TYPE_CHECKING:
-    from simulator.switchback.gateway import Route
+    from simulator.switchback.route import Route
 
 DAY = 86400.0
 USER_THINK_MEAN_S = 20.0

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 
 
 @pytest.fixture

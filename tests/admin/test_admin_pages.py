@@ -11,8 +11,8 @@ from django import forms
 from django.contrib import admin
 from django.test import Client, RequestFactory
 
-from gateway import redis as gateway_redis
-from gateway.configfile.apply import config_load
+from common import redis as gateway_redis
+from configfile.apply import config_load
 from quotas.models import Bucket
 from routing.models import Provider
 from tenants.keys import key_hash

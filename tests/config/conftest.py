@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "switchyard.yaml"
 

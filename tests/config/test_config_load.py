@@ -10,10 +10,10 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from gateway import redis as gateway_redis
-from gateway.configfile import ConfigError
-from gateway.configfile.apply import KINDS, config_load
-from gateway.management.commands import loadconfig
+from common import redis as gateway_redis
+from configfile import ConfigError
+from configfile.apply import KINDS, config_load
+from configfile.management.commands import loadconfig
 from quotas.models import Bucket, WorkloadClass
 from quotas.snapshot import quota_snapshot_build
 from routing.models import Endpoint, Model, Provider

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from gateway.configfile import ConfigError
-from gateway.configfile.apply import config_load
+from configfile import ConfigError
+from configfile.apply import config_load
 from gateway.models import Generation
 from quotas.models import Bucket, WorkloadClass
 from routing.models import Endpoint, Model, Provider
@@ -241,7 +241,7 @@ def test_the_command_lists_what_prune_would_remove_and_a_dry_run_keeps_it(
 
 
 def test_the_command_help_explains_prune() -> None:
-    from gateway.management.commands import loadconfig
+    from configfile.management.commands import loadconfig
 
     help_text = " ".join(
         loadconfig.Command().create_parser("manage.py", "loadconfig").format_help().split()

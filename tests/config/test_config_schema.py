@@ -15,9 +15,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.configfile import ConfigError, KnownNames, config_parse, config_read, limits, schema
-from gateway.configfile.durations import duration_format, duration_parse
-from gateway.configfile.names import bucket_name, scoped_limits
+from common.durations import duration_format, duration_parse
+from configfile import ConfigError, KnownNames, config_parse, config_read, schema
+from configfile.scopes import scoped_limits
+from quotas import limits
+from quotas.names import bucket_name
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "switchyard.yaml"
 
@@ -375,7 +377,7 @@ def test_it_keeps_the_schema_words_in_step_with_the_models() -> None:
 def test_it_parses_without_importing_the_orm() -> None:
     code = (
         "import sys, gateway; before = set(sys.modules);"
-        "import gateway.configfile, gateway.configfile.names, gateway.configfile.validate;"
+        "import configfile, quotas.names, configfile.validate;"
         "new = set(sys.modules) - before;"
         "bad = sorted(m for m in new if m.split('.')[0] in ('django', 'redis'));"
         "assert not bad, bad"

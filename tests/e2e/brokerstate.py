@@ -4,9 +4,9 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from ops.levels import broker_spec
 from quotas.core.learned import learned_concurrency, learned_name
 from quotas.core.model import BucketSpec
+from quotas.levels import broker_spec
 from quotas.models import Bucket
 from quotas.store.redis import RedisReservationStore
 

@@ -255,7 +255,7 @@ def test_it_forgets_a_revoked_key_without_a_restart(stack):
         "shell",
         "-c",
         "from django.utils import timezone; from tenants.models import ApiKey; "
-        "from gateway.redis import config_version_bump; "
+        "from common.redis import config_version_bump; "
         "ApiKey.objects.filter(name='revocable').update(revoked_at=timezone.now()); "
         "config_version_bump()",
     )

@@ -438,7 +438,7 @@ def _tenant_sort(stack: Stack, sort: str) -> None:
     stack.manage(
         "shell",
         "-c",
-        "from tenants.models import Tenant; from gateway.redis import config_version_bump; "
+        "from tenants.models import Tenant; from common.redis import config_version_bump; "
         f"Tenant.objects.filter(name='acme').update(default_sort={sort!r}); "
         "config_version_bump()",
     )

@@ -31,7 +31,7 @@ KEY = "sk-sy-test-acme-web-0001"
 HI = [{"role": "user", "content": "hi"}]
 # Slow enough that a stream is still running when a test looks (at 0.01 it is over in ~0.1 s).
 LATENCY_SCALE = 0.25
-# The settings default (gateway/settings.py MAX_REQUEST_BODY_BYTES); the stack keeps it.
+# The settings default (switchyard/settings.py MAX_REQUEST_BODY_BYTES); the stack keeps it.
 MAX_REQUEST_BODY_BYTES = 10 * 1024 * 1024
 
 

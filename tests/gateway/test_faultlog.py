@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.faultlog import FaultLog
+from common.faultlog import FaultLog
 
 
 def fail(faults: FaultLog, kind: str) -> None:

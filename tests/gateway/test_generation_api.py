@@ -13,7 +13,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 from django.utils import timezone
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 from gateway.models import Generation
 from gateway.snapshot import holder
 from tenants.models import ApiKey, App

@@ -15,8 +15,8 @@ from django.test import RequestFactory
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common import redis as gateway_redis
 from gateway import idempotency
-from gateway import redis as gateway_redis
 from gateway.call import Call
 from gateway.errors import IdempotencyConflict, IdempotencyKeyReused, InvalidRequest
 from tenants.identity import Principal

@@ -8,7 +8,7 @@ import time
 import orjson
 import pytest
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from gateway.ledger import LedgerBuffer, ledger_backlog, ledger_flush
 from gateway.models import Generation
 from quotas.models import Reservation

@@ -16,9 +16,9 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from gateway import redis as sy_redis
-from ops.levels import broker_spec
+from common import redis as sy_redis
 from quotas.core.model import Usage
+from quotas.levels import broker_spec
 from quotas.models import Bucket
 from quotas.snapshot import learned_buckets
 from quotas.store.queue_redis import queue_prefix

@@ -17,9 +17,11 @@ from django.urls import URLPattern, URLResolver
 from rest_framework import fields, serializers
 from rest_framework.views import APIView
 
-from gateway import urls, validation
+from gateway import validation
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.openapi import NAME, NO_NUL, openapi_document
+from gateway.openapi import openapi_document
+from gateway.openapi_request import NAME, NO_NUL
+from switchyard import urls
 
 DOCUMENT = openapi_document()
 SCHEMAS = DOCUMENT["components"]["schemas"]

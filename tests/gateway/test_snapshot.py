@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
-from gateway import redis as gateway_redis
+from common import redis as gateway_redis
 from gateway import snapshot as snapshot_module
 from gateway.snapshot import Snapshot, SnapshotHolder
 from tenants.keys import key_hash

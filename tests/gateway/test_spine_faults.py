@@ -25,8 +25,8 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from common import redis as gateway_redis
 from gateway import ledger, pipeline, upstream
-from gateway import redis as gateway_redis
 from gateway.errors import CapacityRefused
 from gateway.models import Job
 from gateway.snapshot import holder
@@ -116,16 +116,16 @@ STEPS = {
     "dispatch": ("gateway.pipeline", "attempt_send", True, False),
     "provider answer": ("gateway.providers.openai.OpenAIAdapter", "parse_completion", False, True),
     "reconcile": ("quotas.broker.Broker", "reconcile", True, True),
-    "reservation record": ("gateway.pipeline", "reservation_record", False, True),
-    "generation record": ("gateway.pipeline", "generation_record", False, True),
-    "routing stats": ("gateway.pipeline", "_observe_answer", False, True),
-    "response building": ("gateway.pipeline", "_json", False, True),
+    "reservation record": ("gateway.answers", "reservation_record", False, True),
+    "generation record": ("gateway.answers", "generation_record", False, True),
+    "routing stats": ("gateway.answers", "answer_observe", False, True),
+    "response building": ("gateway.answers", "json_response", False, True),
     # After the ledger row (status 200: the answer was made and paid for) went out.
     "idempotent answer": ("gateway.idempotency", "remember", True, True),
 }
 STREAM_STEPS = {
     "stream translator": ("gateway.providers.openai.OpenAIAdapter", "stream_translator", False),
-    "stream relay": ("gateway.pipeline", "relay", False),
+    "stream relay": ("gateway.answers", "relay", False),
     "stream chunk": ("gateway.streaming", "_collect", False),
     "stream end": ("quotas.broker.Broker", "reconcile", True),
 }

@@ -22,8 +22,8 @@ import orjson
 import pytest
 from asgiref.sync import async_to_sync
 
+from common import redis as gateway_redis
 from gateway import ledger, upstream
-from gateway import redis as gateway_redis
 from gateway.asgi import application
 from gateway.snapshot import holder
 from quotas import broker as broker_module

@@ -15,10 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gateway.models import Generation
-from ops.levels import broker_spec
 from ops.selectors import SPANS, capacity_share, ledger_series, queue_series, window_of
 from quotas.core.learned import learned_concurrency
 from quotas.core.model import Usage
+from quotas.levels import broker_spec
 from quotas.models import Bucket, Reservation
 from quotas.snapshot import learned_buckets
 from quotas.store.redis import RedisReservationStore

@@ -12,9 +12,9 @@ from django.urls import reverse
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gateway.configfile.durations import duration_parse
-from gateway.configfile.limits import parse_limit
-from gateway.configfile.reader import Errors, Section
+from common.durations import duration_parse
+from common.reader import Errors, Section
+from quotas.limits import parse_limit
 from quotas.models import Bucket
 from quotas.snapshot import quota_snapshot_build
 from quotas.validation import bucket_defaults, bucket_errors

@@ -9,8 +9,8 @@ from decimal import Decimal
 import redis.asyncio
 from django.conf import settings
 
-from ops.levels import broker_spec
 from quotas.core.model import Usage
+from quotas.levels import broker_spec
 from quotas.models import Bucket, Reservation
 from quotas.services import lease_reap
 from quotas.store.redis import RedisReservationStore

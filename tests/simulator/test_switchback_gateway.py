@@ -7,7 +7,7 @@ import random
 import pytest
 import yaml
 
-from gateway.configfile import config_parse
+from configfile import config_parse
 from quotas.store.memory import MemoryReservationStore
 from routing.core import Router
 from simulator.model import parse_market_text

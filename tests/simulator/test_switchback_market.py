@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway import redis as gateway_redis
-from gateway.configfile import config_parse, config_read
-from gateway.configfile.apply import config_load
+from common import redis as gateway_redis
+from configfile import config_parse, config_read
+from configfile.apply import config_load
 from quotas.core.model import Rule
 from quotas.snapshot import quota_snapshot_build
 from routing.models import Provider

@@ -11,10 +11,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gateway.configfile import ConfigError
-from gateway.configfile.reader import Invalid
-from gateway.configfile.schema import routing_overrides
+from common.reader import Invalid
+from configfile import ConfigError
 from routing.core import RoutingParameters
+from routing.validation import routing_overrides
 from simulator.model import MarketError
 from simulator.switchback import compiled
 from simulator.switchback.design import NEW, OLD

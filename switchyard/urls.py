@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from gateway import api, jobs_api, views
-from gateway.metrics import metrics_view
+from ops.scrape import metrics_view
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),

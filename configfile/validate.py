@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gateway.configfile.names import bucket_name, scoped_limits
-from gateway.configfile.reader import Errors
-from gateway.configfile.schema import Config
+from common.reader import Errors
+from configfile.schema import Config
+from configfile.scopes import scoped_limits
+from quotas.names import bucket_name
 from tenants.keys import key_hash
 
 BUCKET_NAME_MAX_LENGTH = 200

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from gateway.redis import config_version_bump
+from common.redis import config_version_bump
 from tenants.scoping import TenantScopedAdmin
 
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Q
 from redis.exceptions import RedisError
 
-from gateway.configfile.durations import duration_format
+from common.durations import duration_format
 from quotas.core.model import BucketLevel, BucketSpec
 from quotas.models import Bucket
 from quotas.snapshot import (

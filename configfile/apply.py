@@ -1,7 +1,7 @@
 """Writing a parsed configuration to the database: idempotent upsert by name, one transaction.
 
 Objects the file does not mention are left alone, unless ``prune`` names the sections whose
-unnamed objects are to be removed (``gateway.configfile.prune``). A second load of the same
+unnamed objects are to be removed (``configfile.prune``). A second load of the same
 file changes no row: values are compared before saving, key hashes are compared rather than
 re-hashed, and a provider credential is re-encrypted only when the secret itself changed.
 """
@@ -18,14 +18,14 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
-from gateway.configfile import ConfigError, KnownNames, config_parse, config_read
-from gateway.configfile.limits import LimitSpec
-from gateway.configfile.names import bucket_name, scope_name
-from gateway.configfile.prune import SECTIONS, Removal, config_prune
-from gateway.configfile.schema import Config, KeySpec, TenantSpec
-from gateway.configfile.summary import CREATED, KINDS, UNCHANGED, UPDATED, Summary
-from gateway.redis import config_version_bump
+from common.redis import config_version_bump
+from configfile import ConfigError, KnownNames, config_parse, config_read
+from configfile.prune import SECTIONS, Removal, config_prune
+from configfile.schema import Config, KeySpec, TenantSpec
+from configfile.summary import CREATED, KINDS, UNCHANGED, UPDATED, Summary
+from quotas.limits import LimitSpec
 from quotas.models import Bucket, WorkloadClass
+from quotas.names import bucket_name, scope_name
 from routing import credentials
 from routing.models import Endpoint, Model, Provider
 from tenants.keys import key_generate, key_hash, key_prefix

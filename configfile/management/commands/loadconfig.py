@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gateway.configfile import ConfigError
-from gateway.configfile.apply import config_load
+from configfile import ConfigError
+from configfile.apply import config_load
 
 
 class Command(BaseCommand):

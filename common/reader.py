@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from gateway.configfile.durations import duration_parse
+from common.durations import duration_parse
 
 T = TypeVar("T")
 Converter = Callable[[Any], T]

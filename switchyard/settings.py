@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "routing",
     "quotas",
     "gateway",
+    "configfile",
     "simulator",
 ]
 
@@ -114,8 +115,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "gateway.urls"
-ASGI_APPLICATION = "gateway.asgi.application"
+ROOT_URLCONF = "switchyard.urls"
+ASGI_APPLICATION = "switchyard.asgi.application"
 
 TEMPLATES = [
     {
@@ -210,7 +211,7 @@ STORAGES = {
 }
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["gateway.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "gateway.errors.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,

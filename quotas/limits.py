@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from gateway.configfile.reader import (
+from common.reader import (
     Invalid,
     Section,
     boolean,

@@ -27,7 +27,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from gateway import redis as sy_redis
+from common import redis as sy_redis
 from gateway.errors import ServiceUnavailable
 from gateway.snapshot import holder
 from tenants.identity import KeyIndex, Principal, bearer_secret, key_index_build

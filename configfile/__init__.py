@@ -1,9 +1,12 @@
 """Configuration as data (DESIGN): the YAML file that ``manage.py loadconfig`` applies.
 
-The modules here are pure — no Django, no database: ``config_read`` loads the YAML,
-``config_parse`` turns it into the dataclasses of ``schema`` or raises ``ConfigError`` listing
-every problem with its path in the file. ``gateway.configfile.apply`` writes a parsed
-``Config`` to the database.
+Parsing is pure — no Django, no database: ``config_read`` loads the YAML, ``config_parse``
+turns it into the dataclasses of ``schema`` or raises ``ConfigError`` listing every problem
+with its path in the file. ``configfile.apply`` writes a parsed ``Config`` to the database and
+``configfile.prune`` removes what the file no longer names.
+
+Above the domain apps and the proxy: it imports their validation rules and rows (``prune``
+keeps what the proxy's ledger and jobs still refer to); none of them imports it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from gateway.configfile.reader import ConfigError, Errors, Section
-from gateway.configfile.schema import Config, parse_config
-from gateway.configfile.validate import KnownNames, config_validate
+from common.reader import ConfigError, Errors, Section
+from configfile.schema import Config, parse_config
+from configfile.validate import KnownNames, config_validate
 
 __all__ = ["Config", "ConfigError", "KnownNames", "config_parse", "config_read"]
 

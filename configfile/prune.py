@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from gateway.configfile.names import bucket_name, scoped_limits
-from gateway.configfile.schema import Config
+from configfile.schema import Config
+from configfile.scopes import scoped_limits
 from gateway.models import Generation, Job
 from quotas.models import Bucket, Reservation, WorkloadClass
+from quotas.names import bucket_name
 from routing.models import Endpoint, Model, Provider
 from tenants.models import ApiKey, App, Partner, Team, Tenant
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from django.db import models
 
-from gateway.configfile.prune import Removal
+from configfile.prune import Removal
 from quotas.models import Bucket, WorkloadClass
 from routing.models import Endpoint, Model, Provider
 from tenants.models import ApiKey, App, Partner, Team, Tenant

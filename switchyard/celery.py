@@ -4,7 +4,7 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -3,7 +3,7 @@
 To add a field: add it to the dataclass and read it in the section's parser with
 ``s.field("key", converter, default)``; unknown keys are refused automatically, so a field the
 parser does not read is reported as a typo. The word lists mirror the Django models' choices
-(tests/config/test_config_schema.py checks that they agree). Limits live in ``limits``.
+(tests/config/test_config_schema.py checks that they agree). Limits live in ``quotas.limits``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gateway.configfile.limits import LimitSpec, parse_limit
-from gateway.configfile.reader import (
+from common.reader import (
     Invalid,
     Section,
     boolean,
@@ -31,11 +30,11 @@ from gateway.configfile.reader import (
     timestamp,
     url,
 )
-from routing.core.parameters import RoutingParameters
+from quotas.limits import LimitSpec, parse_limit
+from routing.validation import CAPABILITIES, routing_overrides
 from tenants.keys import KEY_TYPE_PREFIX
 
 PROTOCOLS = ("openai", "anthropic")
-CAPABILITIES = ("tools", "response_format", "stream")
 OVERLOAD_ACTIONS = ("reject", "degrade", "defer")
 ENVIRONMENTS = ("production", "staging", "development")
 # A tenant's default provider sort (G13); "routing_cost" is the default and stored as "".
@@ -239,21 +238,6 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         )
     s.done()
     return spec
-
-
-def routing_overrides(value: object) -> dict[str, float]:
-    """A model's routing parameters (routing/core/parameters.py) that differ from the defaults."""
-    if not isinstance(value, dict):
-        raise Invalid("must be a mapping of routing parameter names to values")
-    try:
-        RoutingParameters(**value)
-    except TypeError as exc:
-        known = ", ".join(sorted(RoutingParameters.__dataclass_fields__))
-        raise Invalid(f"{exc} (known: {known})") from None
-    for name, number in value.items():
-        if isinstance(number, bool) or not isinstance(number, int | float):
-            raise Invalid(f"must be a number, got {number!r}", at=f".{name}")
-    return dict(value)
 
 
 def parse_price(s: Section) -> PriceSpec:

@@ -1,0 +1,237 @@
+"""A good answer on the spine (``pipeline``), whole or streamed (C6, C7): the grant reconciled
+with the usage the provider reported, the ledger rows, live stats and the conversation's pin
+for the router, the answer remembered under its Idempotency-Key; and the grant's settlement
+when a step fails or the client leaves (C9, C10)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.http import HttpResponse, StreamingHttpResponse
+from redis.exceptions import RedisError
+
+from common.faultlog import faults
+from gateway import idempotency
+from gateway.admission import Admitted
+from gateway.call import Call
+from gateway.dispatch import Attempt
+from gateway.providers.base import Usage
+from gateway.quality import tool_calls_malformed
+from gateway.records import generation_record, reservation_record, usage_cost
+from gateway.responses import json_response, response_headers
+from gateway.streaming import StreamEnd, relay
+from quotas.broker import Broker, actual_usage
+from routing.core.stats import Outcome as RoutingOutcome
+from routing.core.sticky import StickyState
+from routing.live import LiveRouter
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def grant_owned(admitted: Admitted, broker: Broker) -> AsyncIterator[None]:
+    """While a step holds the grant, anything it raises settles the grant on the way out, so
+    no failure keeps capacity other requests wait for (C9): released whole if nothing went
+    to the provider; else its estimates stand, as after an expired lease, since the provider
+    may have counted and charged the call. Normal exits leave the grant to its owner."""
+    try:
+        yield
+    except BaseException:
+        if not admitted.settled:
+            admitted.settled = True
+            estimated = admitted.estimated_usage()
+            cost = usage_cost(admitted.endpoint, estimated)
+            try:
+                if admitted.sent:
+                    await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
+                else:
+                    await broker.release(admitted.grant)
+            except Exception:  # Redis is failing too: the lease expires by itself (C9)
+                log.warning("a failed request's reservation was left to expire", exc_info=True)
+        raise
+
+
+async def grant_abandoned(call: Call, admitted: Admitted, broker: Broker) -> None:
+    """C10: the client left while a non-streamed attempt ran. Its slot comes back now, not
+    when its lease runs out, and its estimates stand, as after an expired lease (C9): the
+    provider may have charged for what it read and wrote, and nobody will say how much."""
+    estimated = admitted.estimated_usage()
+    cost = usage_cost(admitted.endpoint, estimated)
+    settled = await broker.reconcile(admitted.grant, actual_usage(estimated, cost))
+    admitted.settled = True
+    reservation_record(
+        call, admitted.endpoint, admitted.grant, settled, estimated_spend=admitted.spend
+    )
+    call.reason = "client_disconnected"
+    generation_record(call, status=499, cancelled=True)
+
+
+async def answer_complete(
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
+) -> HttpResponse:
+    completion = attempt.completion
+    assert completion is not None
+    endpoint = admitted.endpoint
+    call.ttft = call.elapsed()
+    usage = completion.usage or admitted.estimated_usage()
+    cost = usage_cost(endpoint, usage)
+    await answered_settle(call, admitted, broker, usage, cost)
+    admitted.learn(usage)
+    broker.observe_later(admitted.buckets, attempt.limits)
+    calls = [
+        call_
+        for choice in completion.body.get("choices") or ()
+        for call_ in (choice.get("message") or {}).get("tool_calls") or ()
+    ]
+    answer_observe(call, live, admitted, usage, attempt.seconds, None, calls)
+    result = completion.body
+    result["provider"] = endpoint.provider.name
+    result.setdefault("usage", usage.as_openai())["cost"] = cost
+    call.reason = "ok"
+    response = json_response(result, headers=response_headers(call))
+    generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
+    return response
+
+
+async def answered_settle(
+    call: Call, admitted: Admitted, broker: Broker, usage: Usage, cost: float
+) -> None:
+    """Settle the grant of an attempt the provider answered (C6) and record it (C8).
+
+    With Redis away the answer still counts: the provider made it and charged for it, and
+    turning it into a 503 would throw it away (a job would end failed, a retry would pay
+    twice). The grant is then left to its lease, which runs out and is reaped and recorded
+    with its estimates standing (C9)."""
+    try:
+        settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
+    except RedisError:
+        faults.warning(log, "settle:redis", "an answered request's reservation was left to expire")
+        admitted.settled = True
+        return
+    admitted.settled = True
+    reservation_record(
+        call,
+        admitted.endpoint,
+        admitted.grant,
+        settled,
+        estimated_spend=admitted.spend,
+        usage=usage,
+    )
+
+
+def answer_stream(
+    call: Call, attempt: Attempt, admitted: Admitted, broker: Broker, live: LiveRouter
+) -> StreamingHttpResponse:
+    endpoint = admitted.endpoint
+    translator = attempt.adapter.stream_translator(
+        response_id=call.id, model=endpoint.model_slug, created=int(call.created)
+    )
+    upstream_started = time.monotonic() - attempt.seconds
+    upstream = attempt.stream
+    assert upstream is not None
+
+    async def finish(end: StreamEnd) -> None:
+        call.ttft = end.ttft
+        call.reason = end.reason or "ok"
+        await answered_settle(call, admitted, broker, end.usage, usage_cost(endpoint, end.usage))
+        if end.usage_reported:
+            admitted.learn(end.usage)
+        broker.observe_later(admitted.buckets, attempt.limits)
+        if end.status == 200:
+            answer_observe(
+                call,
+                live,
+                admitted,
+                end.usage,
+                time.monotonic() - upstream_started,
+                end.upstream_ttft,
+                end.tool_calls,
+            )
+        elif end.status != 499:
+            live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
+        generation_record(
+            call,
+            status=end.status,
+            usage=end.usage,
+            finish_reason=end.finish_reason,
+            cancelled=end.status == 499,
+        )
+        if end.status == 200:
+            await idempotency.remember(call, 200, b"", {})
+        else:  # broken or left mid-stream: nothing whole was delivered
+            await idempotency.release(call)
+
+    async def body() -> Any:
+        try:
+            async with broker.held(admitted.grant), grant_owned(admitted, broker):
+                parts = relay(
+                    upstream,
+                    translator,
+                    provider=endpoint.provider.name,
+                    include_usage=bool(
+                        (admitted.body.get("stream_options") or {}).get("include_usage")
+                    ),
+                    estimated_input_tokens=admitted.demand.input_tokens,
+                    started=call.started,
+                    upstream_started=upstream_started,
+                    cost=lambda usage: usage_cost(endpoint, usage),
+                    finish=finish,
+                )
+                # A body closed mid-stream (the client gone) closes the relay, whose own ending
+                # settles the grant, writes the ledger row and frees the Idempotency-Key.
+                async with contextlib.aclosing(parts):
+                    async for part in parts:
+                        yield part
+        except Exception:
+            # Past the headers no error answer can go out; the ledger and the key still must.
+            log.exception("stream %s failed unexpectedly", call.id)
+            if not call.recorded:
+                call.reason = "internal_error"
+                generation_record(call, status=500)
+            await idempotency.release(call)
+            raise
+
+    call.reason = "ok"
+    response = StreamingHttpResponse(body(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    for name, value in response_headers(call).items():
+        response[name] = value
+    return response
+
+
+def answer_observe(
+    call: Call,
+    live: LiveRouter,
+    admitted: Admitted,
+    usage: Usage,
+    latency: float,
+    ttft: float | None,
+    tool_calls: list[dict[str, Any]],
+) -> None:
+    """G2–G8 live stats from a good answer, and the conversation's pin (G12)."""
+    endpoint = admitted.endpoint
+    malformed = tool_calls_malformed(admitted.body.get("tools"), tool_calls)
+    live.observe(
+        endpoint.key,
+        RoutingOutcome(
+            kind="ok",
+            latency_s=latency,
+            ttft_s=ttft,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+            output_checked=malformed is not None,
+            output_bad=bool(malformed),
+        ),
+    )
+    if call.conversation is not None:
+        live.sticky_set_later(
+            call.conversation,
+            StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
+            ttl=endpoint.provider.cache_ttl_seconds,
+        )

@@ -1,0 +1,71 @@
+"""The request's first steps on the spine (``pipeline``): the configuration snapshot, who is
+asking (A3, C1), the parsed body, and the workload class it runs as (E1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+
+from gateway.call import Call
+from gateway.errors import (
+    AuthenticationFailed,
+    BodyTooLarge,
+    InvalidRequest,
+    PermissionDenied,
+    ServiceUnavailable,
+)
+from gateway.snapshot import Snapshot, holder
+from gateway.validation import chat_request_parse
+from quotas.snapshot import Workload
+from tenants.identity import Principal, bearer_secret
+
+WORKLOAD_HEADER = "x-switchyard-workload"
+
+
+async def snapshot_current() -> Snapshot:
+    try:
+        return await holder.get()
+    except Exception as exc:  # Redis or the database is down: say so, don't 500.
+        raise ServiceUnavailable("Switchyard cannot read its configuration right now.") from exc
+
+
+def principal_identify(snapshot: Snapshot, request: HttpRequest, now: float) -> Principal:
+    secret = bearer_secret(request.headers.get("authorization"))
+    principal = snapshot.keys.identify(secret, now=now) if secret else None
+    if principal is None:
+        raise AuthenticationFailed(
+            "Invalid API key. Send 'Authorization: Bearer sk-sy-…' with an active key."
+        )
+    return principal
+
+
+def body_parse(request: HttpRequest) -> dict[str, Any]:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise BodyTooLarge(
+            f"Request body is larger than the limit of {settings.MAX_REQUEST_BODY_BYTES} bytes."
+        ) from None
+    return chat_request_parse(raw, max_bytes=settings.MAX_REQUEST_BODY_BYTES)
+
+
+def workload_choose(snapshot: Snapshot, call: Call, request: HttpRequest) -> Workload:
+    """The request's workload class: the app's (set on the call by ``_model``), or a lighter
+    one that the request names."""
+    workloads = snapshot.quotas.workloads
+    default = call.workload
+    asked = request.headers.get(WORKLOAD_HEADER)
+    if asked and asked != default.name:
+        chosen = workloads.get(asked)
+        if chosen is None:
+            raise InvalidRequest(f"There is no workload class '{asked}'.", code="unknown_workload")
+        if chosen.weight > default.weight:
+            raise PermissionDenied(
+                f"This app may not send '{asked}' work (heavier than its class '{default.name}').",
+                code="workload_not_allowed",
+            )
+        return chosen
+    return default
