@@ -5,8 +5,9 @@ turns it into the dataclasses of ``schema`` or raises ``ConfigError`` listing ev
 with its path in the file. ``configfile.apply`` writes a parsed ``Config`` to the database and
 ``configfile.prune`` removes what the file no longer names.
 
-Above the domain apps and the proxy: it imports their validation rules and rows (``prune``
-keeps what the proxy's ledger and jobs still refer to); none of them imports it.
+Above the domain apps, below the proxy: it imports the apps' validation rules and rows; none of
+them imports it. ``prune`` keeps what the proxy's ledger and jobs still refer to through the
+check the proxy registers (``configfile.prune.history_register``, from ``gateway/apps.py``).
 """
 
 from __future__ import annotations
