@@ -27,6 +27,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -111,6 +112,21 @@ OVER_RESERVED = Counter(
     "switchyard_over_reserved_tokens_total",
     "Tokens reserved but not used (capacity held back by over-reservation until reconcile).",
     ["model"],
+)
+
+
+BROKER_RECOVERING = Gauge(
+    "switchyard_broker_recovering",
+    "1 while the broker relearns its Redis state (new or lost; quotas/recovery.py): concurrency "
+    "and window limits refuse with reason 'recovering' until the processes that may hold "
+    "reservations have re-registered them.",
+    multiprocess_mode="livemax",
+)
+BROKER_RECOVERIES = Counter(
+    "switchyard_broker_recoveries_total",
+    "Learning periods this process ended, by what the Redis state was: new (nothing could be "
+    "in flight) or lost (reservations may have been, and were re-registered).",
+    ["kind"],
 )
 
 
