@@ -143,9 +143,6 @@ class Holdings:
     def __init__(self) -> None:
         self._grants: dict[str, tuple[Grant, float]] = {}
 
-    def __len__(self) -> int:
-        return len(self._grants)
-
     def add(self, grant: Grant) -> None:
         self._grants[grant.reservation_id] = (grant, grant.expires_at)
 

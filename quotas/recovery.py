@@ -44,7 +44,8 @@ from quotas.store.redis import EpochState
 
 log = logging.getLogger(__name__)
 
-STARTUP_TIMEOUT = 5.0  # a process starts without its first look rather than not at all
+STARTUP_TIMEOUT = 5.0
+POKE_GAP_SECONDS = 0.1  # a process starts without its first look rather than not at all
 # Rows of members silent this long are deleted: they tell nothing any more (a day: what a
 # refill bucket with a daily period would want to know of the last activity).
 FORGET_AFTER_SECONDS = 86400.0
@@ -108,6 +109,8 @@ class Recovery:
                 raise
             except Exception:
                 faults.warning(log, "recovery:beat", "broker membership: the heartbeat failed")
+            # Every refusal while recovering pokes: one look per gap, not one per refusal.
+            await asyncio.sleep(POKE_GAP_SECONDS)
 
     async def beat(self) -> None:
         """One heartbeat: look at the epoch, report if it learns, write the row, decide."""

@@ -10,17 +10,19 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import redis
 import redis.asyncio
 import yaml
 
-from tests.stack import RedisServer, Stack
+from tests.stack import SCRAPE_TOKEN, RedisServer, Stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -322,6 +324,10 @@ def test_after_an_empty_restart_the_conservative_period_ends_within_seconds(heal
                     "conservative_period_s": period,
                     "requests": len(results),
                     "served": sum(status == 200 for status, _, _ in results),
+                    "not_served": {
+                        str(code): sum(status == code for status, _, _ in results)
+                        for code in sorted({status for status, _, _ in results} - {200})
+                    },
                     "refused_recovering": len(recovering),
                     "retry_after_s": sorted({int(h["retry-after"]) for _, h in recovering}),
                     "peak_concurrency": stats["peak_concurrency"],
@@ -345,3 +351,80 @@ def test_after_an_empty_restart_the_conservative_period_ends_within_seconds(heal
         assert 1 <= int(headers["retry-after"]) <= RECOVERY_BOUND_SECONDS
     log = stack.log("gateway")
     assert "re-registered" in log and "broker state lost: learning period ended" in log
+
+
+def test_while_a_live_process_has_not_reported_refusals_say_recovering_and_when(healing_stack):
+    """A process that is alive (its row heartbeats) but has not re-registered its reservations
+    holds the conservative period; meanwhile the caller, the log and the metrics say why."""
+    stack, server = healing_stack
+    payload = {
+        "model": "restart/m",
+        "messages": [{"role": "user", "content": "go"}],
+        "max_tokens": 5,
+    }
+    elsewhere = "gateway:elsewhere:1:test"
+    now = redis_now(stack)
+    execute(
+        stack,
+        "insert into quotas_brokermember (id, started, last_seen) values (%s, %s, %s)",
+        elsewhere,
+        now - 60,
+        now,
+    )
+    beating = threading.Event()
+
+    def heartbeat():  # the other process lives on, and never looks at Redis
+        while not beating.wait(0.5):
+            execute(
+                stack,
+                "update quotas_brokermember set last_seen = %s where id = %s",
+                time.time(),
+                elsewhere,
+            )
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    try:
+        server.kill()
+        server.start()
+        with httpx.Client(base_url=stack.base_url, timeout=10) as http:
+
+            def ask():
+                return http.post(
+                    "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, json=payload
+                )
+
+            deadline = time.monotonic() + 10
+            refused = ask()
+            while refused.status_code == 503 and time.monotonic() < deadline:
+                refused = ask()  # the gateway's connections to the old Redis come back
+            assert refused.status_code == 429, refused.text
+            error = refused.json()["error"]
+            assert error["reason"] == "recovering" == refused.headers["x-switchyard-reason"]
+            assert "re-registering" in error["message"]
+            # The expected end — a live process reports within seconds — not the 30 s lease.
+            assert 1 <= int(refused.headers["retry-after"]) <= 3
+            scrape = http.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+            assert "switchyard_broker_recovering 1.0" in scrape.text
+            log = stack.log("gateway")
+            assert f"waiting for 1 live processes to report ({elsewhere})" in log
+            assert "refusing requests with reason 'recovering'" in log
+
+            execute(stack, "delete from quotas_brokermember where id = %s", elsewhere)  # it stopped
+            beating.set()
+            wait_until(lambda: ask().status_code == 200, timeout=5, what="the recovery's end")
+    finally:
+        beating.set()
+
+
+def redis_now(stack) -> float:
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        seconds, micros = client.time()
+        return seconds + micros / 1e6
+    finally:
+        client.close()
+
+
+def execute(stack, statement: str, *params: object) -> None:
+    with psycopg.connect(stack.stack_database_url, autocommit=True) as conn:
+        conn.execute(statement, params)
