@@ -102,18 +102,19 @@ def report(runs: list[tuple[str, dict | None]], wall: float) -> str:
         "them). 10 clients stream answers of 80 tokens (about 2 s) back to back; 3 s in, Redis is",
         "SIGKILLed and started again empty (no data, no scripts, no epoch).",
         "",
-        "| run | test | conservative period s | requests | served | refused `recovering` (Retry-After s) | provider peak in flight / limit | provider 429s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | test | conservative period s | requests | served | not served, by status | refused `recovering` (Retry-After s) | provider peak in flight / limit | provider 429s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, (summary, f) in enumerate(runs, 1):
         if f is None:
-            lines.append(f"| {i} | {summary} | – | – | – | – | – | – |")
+            lines.append(f"| {i} | {summary} | – | – | – | – | – | – | – |")
             continue
         period = f["conservative_period_s"]
         shown = "never ended" if period is None else f"{period:.2f}"
         retry = ", ".join(str(s) for s in f["retry_after_s"]) or "–"
+        others = ", ".join(f"{k}: {v}" for k, v in f.get("not_served", {}).items()) or "–"
         lines.append(
-            f"| {i} | {summary} | {shown} | {f['requests']} | {f['served']} "
+            f"| {i} | {summary} | {shown} | {f['requests']} | {f['served']} | {others} "
             f"| {f['refused_recovering']} ({retry}) | {f['peak_concurrency']} / {f['capacity']} "
             f"| {f['provider_429']} |"
         )
@@ -134,6 +135,8 @@ HOW = """How each figure is produced:
   the learning period over. In between, the gateway processes noticed the loss (heartbeat every
   1 s, sooner on a refusal), re-registered the streams they still held and reported in the
   epoch; the last to report ended the period (`quotas/recovery.py`, `quotas/core/recovery.py`).
+- **not served**: 503 `broker_unavailable` while Redis was down, 429 refusals (queue deadline,
+  `recovering`), 0 for a client-side error.
 - **refused `recovering`**: 429s whose error `reason` is `recovering`, with the `Retry-After`
   values they carried (the expected end of the recovery, at least 1 s).
 - **provider peak in flight / limit**, **provider 429s**: the simulator's own count of
