@@ -25,9 +25,16 @@ class FaultLog:
         self._last: dict[str, float] = {}
         self._quiet: dict[str, int] = {}
 
-    def warning(self, logger: logging.Logger, kind: str, message: str, *args: object) -> None:
-        """Log ``message`` (with the exception being handled) unless ``kind`` was logged less
-        than an interval ago."""
+    def warning(
+        self,
+        logger: logging.Logger,
+        kind: str,
+        message: str,
+        *args: object,
+        exc_info: bool = True,
+    ) -> None:
+        """Log ``message`` (with the exception being handled, unless ``exc_info`` is False: a
+        state, not a failure) unless ``kind`` was logged less than an interval ago."""
         now = self.clock()
         last = self._last.get(kind)
         if last is not None and now - last < self.interval:
@@ -38,7 +45,7 @@ class FaultLog:
         if quiet:
             message += " (and %d more times since the last report)"
             args = (*args, quiet)
-        logger.warning(message, *args, exc_info=True)
+        logger.warning(message, *args, exc_info=exc_info)
 
 
 faults = FaultLog()

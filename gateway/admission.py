@@ -205,7 +205,12 @@ def _refusal(
     retry_after = (
         max(1.0, refusal.retry_at - time.time()) if math.isfinite(refusal.retry_at) else None
     )
-    if refusal.bucket and refusal.reason is QueueReason.DEADLINE_UNREACHABLE:
+    if refusal.reason is Reason.RECOVERING:
+        why = (
+            f"the limit '{refusal.bucket}' is recovering: the broker's Redis state is new or was "
+            "lost, and the gateway processes are re-registering the requests in flight"
+        )
+    elif refusal.bucket and refusal.reason is QueueReason.DEADLINE_UNREACHABLE:
         why = f"the limit '{refusal.bucket}' will not have room for it before its deadline"
     elif refusal.bucket:
         why = f"the limit '{refusal.bucket}' is {reason.replace('_', ' ')}"

@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.db import FreshConnectionView
 from gateway.authentication import principal_of
-from gateway.db import FreshConnectionView
 from gateway.errors import InvalidRequest, NotFound
 from gateway.models import Generation
 from gateway.selectors import generation_get

@@ -40,6 +40,7 @@ from gateway.errors import BodyTooLarge  # noqa: E402
 from gateway.probes import PATHS as PROBE_PATHS  # noqa: E402
 from gateway.probes import probe  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
+from quotas import recovery  # noqa: E402
 
 Scope = dict[str, Any]
 STATIC_PREFIX = "/" + settings.STATIC_URL.strip("/") + "/"
@@ -163,8 +164,10 @@ async def _lifespan(receive: Any, send: Any) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            await recovery.members_join("gateway")  # before serving: a new Redis is known new
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await recovery.members_leave()
             await ledger.ledger_drain()
             await upstream.clients_close()
             await send({"type": "lifespan.shutdown.complete"})

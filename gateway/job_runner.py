@@ -29,10 +29,11 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.utils import timezone
 
+from common.db import database_work
 from gateway import jobs, pipeline
-from gateway.db import database_work
 from gateway.errors import CapacityRefused
 from gateway.models import Job
+from quotas import recovery
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ def _event_loop() -> asyncio.AbstractEventLoop:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="job-loop", daemon=True).start()
             asyncio.run_coroutine_threadsafe(_renew_leases(), loop)
+            # The loop holds this process's reservations: it heartbeats them (quotas/recovery.py).
+            asyncio.run_coroutine_threadsafe(recovery.members_join("worker"), loop)
             _loop = loop
         return _loop
 

@@ -30,8 +30,8 @@ from django.db import DatabaseError
 from django.db.models import Count, F, Min
 from django.http import HttpRequest
 
+from common.db import database_work
 from gateway.call import Call
-from gateway.db import database_work
 from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.ledger import without_nul
 from gateway.models import Job

@@ -14,9 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.db import FreshConnectionView
 from gateway import jobs
 from gateway.authentication import principal_of
-from gateway.db import FreshConnectionView
 from gateway.errors import InvalidRequest, JobNotCancellable, NotFound
 from gateway.models import Job
 

@@ -79,9 +79,7 @@ class LedgerBuffer:
             born = await _append(batch)
             if self.born is not None and born != self.born:
                 kept = [record for _, old in self.appended for record in old]
-                log.warning(
-                    "Redis lost its data: %d ledger records appended again", len(kept)
-                )
+                log.warning("Redis lost its data: %d ledger records appended again", len(kept))
                 if kept:
                     await _append(kept)
             self.born = born

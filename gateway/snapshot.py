@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from common import redis as sy_redis
+from common.db import database_work
 from common.faultlog import faults
-from gateway.db import database_work
 from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build

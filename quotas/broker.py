@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django.conf import settings
 
 from common import redis as sy_redis
+from common.faultlog import faults
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
@@ -25,6 +29,7 @@ from quotas.core.model import (
     Dimension,
     Grant,
     Outcome,
+    Reason,
     ReconcileResult,
     Rule,
     Usage,
@@ -32,12 +37,15 @@ from quotas.core.model import (
 )
 from quotas.core.observed import LimitObservation, RateLimitInfo
 from quotas.core.observed import Usage as ProviderUsage
+from quotas.core.recovery import REPORT_SECONDS
 from quotas.queue import BrokerQueue
 from quotas.snapshot import QuotaSnapshot, ScopedBucket
 from quotas.store.queue_redis import RedisQueueStore
 from quotas.store.redis import RedisReservationStore
 from routing.catalogue import EndpointEntry
 from tenants.identity import Principal
+
+log = logging.getLogger(__name__)
 
 # Provider header dimensions → the canonical dimensions of the buckets they describe.
 OBSERVED_DIMENSIONS = {
@@ -49,6 +57,18 @@ OBSERVED_DIMENSIONS = {
 # Headers only matter when the provider is close to its limit: below this share remaining,
 # they are worth a Redis call to tighten our view (C12); above it, our own count is tighter.
 OBSERVE_BELOW_SHARE = 0.25
+
+
+class RecoveryView(Protocol):
+    """What the request path reads of this process's recovery (``quotas.recovery``): memory
+    only, never a database query or a Redis call."""
+
+    reported_born: float  # the birth of the epoch this process last reported in (-inf: none)
+
+    @property
+    def expected_end(self) -> float | None: ...
+
+    def poke(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +135,39 @@ class Turn:
     flow_depth: int
 
 
+class Holdings:
+    """The reservations this process holds: granted and not yet settled, with their lease's
+    end as last known. After Redis lost its state the process re-registers them
+    (``quotas.recovery``); a lease that ran out is forgotten (C9: it holds nothing anywhere)."""
+
+    def __init__(self) -> None:
+        self._grants: dict[str, tuple[Grant, float]] = {}
+
+    def add(self, grant: Grant) -> None:
+        self._grants[grant.reservation_id] = (grant, grant.expires_at)
+
+    def settled(self, grant: Grant) -> None:
+        self._grants.pop(grant.reservation_id, None)
+
+    def renewed(self, grant: Grant, expires_at: float) -> None:
+        if grant.reservation_id in self._grants:
+            self._grants[grant.reservation_id] = (grant, expires_at)
+
+    def held(self, now: float) -> list[Grant]:
+        """What is held at ``now`` (the expired are dropped)."""
+        for rid in [rid for rid, (_, until) in self._grants.items() if until <= now]:
+            del self._grants[rid]
+        return [grant for grant, _ in self._grants.values()]
+
+
 class Broker:
     def __init__(self, store: RedisReservationStore) -> None:
         self.store = store
         self.queue = BrokerQueue(RedisQueueStore(store), lease_seconds=store.lease_seconds)
         self.lease_seconds = store.lease_seconds
+        self.holdings = Holdings()
+        # Set by this process's membership (quotas/recovery.py), when it has one.
+        self.recovery: RecoveryView | None = None
         self._rng = random.Random()
         self._background: set[asyncio.Task[None]] = set()
 
@@ -130,7 +178,7 @@ class Broker:
         if not attempt.buckets:  # nothing limits this request: no state to touch
             now = time.time()
             return Grant(reservation_id, now, now + self.lease_seconds, ())
-        return await self.queue.admit(
+        result = await self.queue.admit(
             reservation_id,
             attempt.specs,
             demand,
@@ -141,11 +189,50 @@ class Broker:
             max_depth=turn.max_depth,
             flow_depth=turn.flow_depth,
         )
+        if isinstance(result, Grant):
+            if result.state == "active":  # a replay of a settled one holds nothing
+                self.holdings.add(result)
+            if self.recovery is not None and result.created_at < self.recovery.reported_born:
+                # Granted by the lost state, its answer read after this process reported.
+                self._later(self._adopt(result))
+        elif result.reason is Reason.RECOVERING:
+            result = self._recovering(result)
+        return result
+
+    def _recovering(self, refusal: QueueRefusal) -> QueueRefusal:
+        """A refusal while the state is relearnt says when that is expected to end (not the
+        learning period's conservative bound), and gets this process to look at once."""
+        recovery = self.recovery
+        expected = recovery.expected_end if recovery is not None else None
+        if recovery is not None:
+            recovery.poke()
+        end = min(refusal.retry_at, expected or refusal.at + REPORT_SECONDS)
+        faults.warning(
+            log,
+            "broker:recovering",
+            "refusing requests with reason 'recovering': the broker's Redis state is new or was "
+            "lost, and the processes that may hold reservations have not all re-registered "
+            "them yet (expected in %.1f s; see switchyard_broker_recovering)",
+            max(0.0, end - refusal.at),
+            exc_info=False,
+        )
+        return dataclasses.replace(refusal, retry_at=max(refusal.at, end))
+
+    async def _adopt(self, grant: Grant) -> None:
+        with contextlib.suppress(Exception):  # its renewals adopt it too, within a third of a lease
+            result = await self.store.renew(grant)
+            self.holdings.renewed(grant, result.expires_at)
+
+    def _later(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def reconcile(self, grant: Grant, actual: Usage) -> ReconcileResult:
         """C6: settle with actual usage; what comes back goes to the pool's next waiter."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
+        self.holdings.settled(grant)
         return await self.queue.reconcile(grant, actual)
 
     async def release(self, grant: Grant, *, sent: Usage | None = None) -> ReconcileResult:
@@ -154,6 +241,7 @@ class Broker:
         spend (``sent_usage``), which a reconcile keeps exactly as reserved."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
+        self.holdings.settled(grant)
         if sent is not None:
             return await self.queue.reconcile(grant, sent_usage(sent))
         return await self.queue.release(grant)
@@ -176,7 +264,10 @@ class Broker:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             with contextlib.suppress(Exception):  # a missed renewal only shortens the lease
-                await self.store.renew(grant)
+                result = await self.store.renew(grant)
+                self.holdings.renewed(grant, result.expires_at)
+                if result.outcome is Outcome.ADOPTED and self.recovery is not None:
+                    self.recovery.poke()  # the state was lost: report now, not at the next beat
 
     async def pause_provider(self, attempt: AttemptBuckets, retry_after: float, now: float) -> None:
         """F2: Retry-After is a floor; bounded jitter spreads the waiters' wake-ups."""
@@ -201,9 +292,7 @@ class Broker:
     def observe_later(self, attempt: AttemptBuckets, limits: RateLimitInfo) -> None:
         """C12, off the response path: tighten provider buckets from the provider's headers."""
         if any(self._worth_observing(o) for o in limits.observations):
-            task = asyncio.create_task(self.observe(attempt, limits, time.time()))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._later(self.observe(attempt, limits, time.time()))
 
     @staticmethod
     def _worth_observing(observation: LimitObservation) -> bool:

@@ -218,3 +218,20 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class BrokerMember(models.Model):
+    """A process that can hold reservations (a gateway process, a Celery worker's job loop),
+    as it last said it was alive. After Redis lost its state, the members' rows tell a new
+    deployment from a lost one and whose reservations may still be in flight
+    (``quotas.core.recovery``). Times are epoch seconds on the Redis clock, as the leases'."""
+
+    id = models.CharField(max_length=120, primary_key=True)
+    started = models.FloatField()
+    last_seen = models.FloatField()
+
+    class Meta:
+        verbose_name = "broker member"
+
+    def __str__(self) -> str:
+        return self.id

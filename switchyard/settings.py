@@ -138,7 +138,7 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'switchyard.sqlite3'}"),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
         # A kept connection is tried before its first query of a request, so a database
-        # restart costs no failed request (gateway/db.py).
+        # restart costs no failed request (common/db.py).
         conn_health_checks=True,
     )
 }

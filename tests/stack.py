@@ -137,7 +137,6 @@ class Stack:
             self._create_database()
             self.manage("migrate", "--noinput")
             self.manage("loadconfig", str(self._config_with_ports()))
-            self.manage("broker_bootstrap")
             self._start_gateway()
             if self.celery:
                 self._start_celery()

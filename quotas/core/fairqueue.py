@@ -163,11 +163,17 @@ def earliest_admission(
 def unreachable(
     refusal: Refusal, rules: Mapping[str, Rule], deadline: float, now: float
 ) -> QueueRefusal | None:
-    """What waiting cannot fix: a request larger than a bucket (``unsatisfiable``), or one
-    whose next fit is past its deadline (``deadline_unreachable``). None: it may wait."""
+    """What waiting cannot fix: a request larger than a bucket (``unsatisfiable``), a bucket
+    whose state is being relearnt (``recovering``), or one whose next fit is past its deadline
+    (``deadline_unreachable``). None: it may wait."""
     rid = refusal.reservation_id
     if refusal.reason is Reason.UNSATISFIABLE:
         return QueueRefusal(rid, now, refusal.reason, refusal.bucket, INF, "", refusal.refusals)
+    for r in refusal.refusals:
+        if r.reason is Reason.RECOVERING:
+            # The state was lost (quotas.core.recovery): it is back within seconds while the
+            # gateway processes live, and a queue's wait would only hide why.
+            return QueueRefusal(rid, now, r.reason, r.bucket, r.retry_at, "", refusal.refusals)
     floor = earliest_admission(refusal.refusals, rules, now)
     if floor <= deadline:
         return None

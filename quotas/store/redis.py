@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +49,39 @@ from quotas.core.model import (
     Settlement,
     Usage,
 )
+from quotas.core.recovery import Epoch
 from quotas.core.windows import Boundaries, BoundaryCache
 from quotas.store.wire import f_, msgpack_array, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 CONNECTION_RETRIES = (0.0, 0.05)  # pauses before the retries after a connection error
-SCRIPTS = ("reserve", "settle", "renew", "reap", "pause", "observe", "charge", "levels")
+SCRIPTS = (
+    "reserve",
+    "settle",
+    "renew",
+    "reap",
+    "pause",
+    "observe",
+    "charge",
+    "levels",
+    "recovery",
+)
 
 
 def lua_source(name: str) -> str:
     """An entry script with the shared library in front of it (what Redis runs)."""
-    if name in ("bootstrap", "noop"):
+    if name in ("bootstrap", "noop", "recovery_end"):
         return (LUA / f"{name}.lua").read_text()
     return (LUA / "lib.lua").read_text() + "\n" + (LUA / f"{name}.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class EpochState:
+    """What ``recovery_look`` read: Redis's clock, the epoch, the members that reported in it."""
+
+    now: float
+    epoch: Epoch
+    reported: frozenset[str]
 
 
 class RedisReservationStore:
@@ -86,7 +107,8 @@ class RedisReservationStore:
         self._max_lease = repr(float(self.max_lease_seconds))
         self._limit = str(expire_limit)
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(lua_source(name)) for name in (*SCRIPTS, "bootstrap")
+            name: client.register_script(lua_source(name))
+            for name in (*SCRIPTS, "bootstrap", "recovery_end")
         }
         self._bounds = BoundaryCache()
         self._specs: dict[BucketSpec, tuple[Boundaries, tuple[bytes, str, str, str]]] = {}
@@ -194,6 +216,29 @@ class RedisReservationStore:
 
     async def bootstrap(self) -> bool:
         return bool(await self._call("bootstrap", [self._epoch], []))
+
+    async def recovery_look(
+        self,
+        member: str | None = None,
+        *,
+        epoch: Epoch | None = None,
+        now: float | None = None,
+    ) -> EpochState:
+        """The epoch (created learning if missing) and, while it learns, who reported in it;
+        with ``member``, that member's report is recorded first — only in ``epoch`` if given,
+        the one it re-registered its reservations in (quotas/core/recovery.py)."""
+        born = "" if epoch is None else repr(epoch.born)
+        args = [self._clock_arg(now), self._max_lease, member or "", born]
+        reply = await self._call("recovery", [self._epoch], args)
+        self._learn_clock(f_(reply[0]), now)
+        reported = frozenset(s_(r) for r in reply[4 : 4 + int(reply[3])])
+        return EpochState(f_(reply[0]), Epoch(f_(reply[1]), f_(reply[2])), reported)
+
+    async def recovery_end(self, epoch: Epoch, *, until: float, born: float) -> bool:
+        """Bring the learning period of ``epoch`` forward to ``until`` and its birth back to
+        ``born`` (never later); False if Redis holds another epoch by now."""
+        args = [repr(epoch.born), repr(float(until)), repr(float(born))]
+        return bool(await self._call("recovery_end", [self._epoch], args))
 
     def reserve_call(
         self, reservation_id: str, buckets: Sequence[BucketSpec], demand: Usage

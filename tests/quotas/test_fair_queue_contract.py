@@ -94,7 +94,7 @@ def make_fixture(kind: str, runner: asyncio.Runner) -> tuple[Fixture, Any]:
         qb = QueueBook(memory.book, alive_seconds=MAILBOX_ALIVE_SECONDS)
         fx = Fixture(
             SyncStore(MemoryQueueStore(qb, clock=lambda: T0), runner, lambda: None),
-            SyncStore(AsyncMemoryStore(memory), runner, lambda: None),
+            SyncStore(AsyncMemoryStore(memory), runner, memory.lose_state),
             kind,
             SyncStore(MemoryQueueStore(qb, clock=lambda: T0, mailbox="p2"), runner, lambda: None),
         )
@@ -105,7 +105,7 @@ def make_fixture(kind: str, runner: asyncio.Runner) -> tuple[Fixture, Any]:
     runner.run(store.bootstrap())
     fx = Fixture(
         SyncStore(RedisQueueStore(store), runner, lambda: None),
-        SyncStore(store, runner, lambda: None),
+        SyncStore(store, runner, lambda: delete_prefix(REDIS_URL, prefix)),
         kind,
         SyncStore(RedisQueueStore(store, mailbox="p2"), runner, lambda: None),
     )
@@ -358,6 +358,19 @@ def test_it_wakes_a_waiter_of_a_concurrency_pool_on_release(fq):
     result, pumped = fq.q.settle(held[0], None, pool=POOL, now=T0 + 1)
     assert (result.outcome, pumped.granted, pumped.depth) == ("released", 1, 0)
     assert fq.mail()["r2"].created_at == T0 + 1
+
+
+def test_it_refuses_at_once_with_recovering_while_a_lost_state_is_relearnt(fq):
+    fq.store.lose_state()  # Redis restarted empty: concurrency is unknown for a lease
+    refusal = fq.enter("r1", [tenant("a"), SLOTS], Usage(), now=T0 + 1)
+    assert isinstance(refusal, QueueRefusal)
+    assert (refusal.reason, refusal.bucket, refusal.queue_id) == (
+        Reason.RECOVERING,
+        "alpha-conc",
+        "",
+    )
+    assert refusal.retry_at == T0 + 1 + 30  # the learning period's own end, at the latest
+    assert fq.pump(T0 + 1).depth == 0  # nobody left waiting to a deadline
 
 
 def test_it_queues_for_a_paused_pool_until_the_pause_end_if_the_deadline_allows(fq):

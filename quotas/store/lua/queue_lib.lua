@@ -284,10 +284,17 @@ local function q_floor(parts, res, now, pool_only)
   return floor
 end
 
--- What waiting cannot fix: too big, or the next fit is past the deadline. nil: keep waiting.
+-- What waiting cannot fix: too big, the state being relearnt, or the next fit past the
+-- deadline. nil: keep waiting.
 local function q_unreachable(e, parts, res, now, queue_id)
   if res.reason == 'unsatisfiable' then
     return q_refusal(now, 'unsatisfiable', res.bucket, INF, '', res.live)
+  end
+  -- The state was lost: no waiting in line behind that (core: fairqueue.unreachable).
+  for _, row in ipairs(res.live) do
+    if row[2] == 'recovering' then
+      return q_refusal(now, 'recovering', row[1], row[3], '', res.live)
+    end
   end
   local floor = q_floor(parts, res, now, false)
   if floor <= e.deadline then return nil end

@@ -1,0 +1,20 @@
+"""What the broker counts about itself (SPEC H2), served at /metrics with the proxy's metrics
+(gateway/metrics.py; the same multiprocess registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+BROKER_RECOVERING = Gauge(
+    "switchyard_broker_recovering",
+    "1 while the broker relearns its Redis state (new or lost; quotas/recovery.py): concurrency "
+    "and window limits refuse with reason 'recovering' until the processes that may hold "
+    "reservations have re-registered them.",
+    multiprocess_mode="livemax",
+)
+BROKER_RECOVERIES = Counter(
+    "switchyard_broker_recoveries_total",
+    "Learning periods this process ended, by what the Redis state was: new (nothing could be "
+    "in flight) or lost (reservations may have been, and were re-registered).",
+    ["kind"],
+)
