@@ -37,39 +37,7 @@ from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
-
-class GatewayError(Exception):
-    status = 500
-    type = "api_error"
-    code = "internal_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        reason: str | None = None,
-        headers: dict[str, str] | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.reason = reason or (code or self.code)
-        self.headers = headers or {}
-        if code is not None:
-            self.code = code
-
-    def envelope(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "code": self.code,
-                "param": self.param,
-                "reason": self.reason,
-            }
-        }
+from common.errors import GatewayError  # the envelope's base, at the bottom of the house
 
 
 class InvalidRequest(GatewayError):
