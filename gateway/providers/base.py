@@ -59,6 +59,8 @@ class Completion:
     body: JSON  # an OpenAI chat.completion object
     usage: Usage | None  # None when the provider reported none: keep the estimate, don't zero it
     finish_reason: str
+    # The provider's own body, kept when it spoke the door's protocol (pass-through).
+    native: JSON | None = None
 
 
 @dataclass

@@ -172,6 +172,57 @@ class Corrections:
             self._log_factors.popitem(last=False)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestEstimate:
+    """What the body alone says about a request's demand, read once when it is parsed.
+
+    ``max_output`` is the request's own output limit (None: the model's default applies);
+    0 means the request produces no output tokens (embeddings).
+    """
+
+    input_tokens: int  # the heuristic, before any correction
+    max_output: int | None
+    prompt_family: str
+    structured_output: str
+
+    def demand(
+        self,
+        *,
+        model: str,
+        route: str,
+        default_output_tokens: int,
+        max_output: int,
+        corrections: Corrections,
+    ) -> Demand:
+        """The demand at one candidate: its corrected input; output = the request's max, else
+        the model's default, within the endpoint's ``max_output``."""
+        cls = EstimationClass(
+            model=model,
+            route=route,
+            prompt_family=self.prompt_family,
+            context_band=max(0, int(self.input_tokens).bit_length() - 1),
+            structured_output=self.structured_output,
+        )
+        input_tokens = max(1, round(self.input_tokens * corrections.input_factor(cls)))
+        output = self.max_output if self.max_output is not None else default_output_tokens
+        return Demand(
+            input_tokens=input_tokens,
+            output_tokens=0 if output == 0 else max(1, min(output, max_output)),
+            estimation=cls,
+            raw_input_tokens=self.input_tokens,
+        )
+
+
+def request_estimate(body: Mapping[str, Any]) -> RequestEstimate:
+    """The estimate of a chat-completion body (every door's common form)."""
+    return RequestEstimate(
+        input_tokens=input_tokens_heuristic(body),
+        max_output=requested_max_output(body),
+        prompt_family=prompt_family(body),
+        structured_output=structured_output_mode(body),
+    )
+
+
 def demand_estimate(
     body: Mapping[str, Any],
     *,
@@ -182,14 +233,10 @@ def demand_estimate(
     corrections: Corrections,
 ) -> Demand:
     """The request's demand: corrected input estimate; output = its max, else the default."""
-    raw = input_tokens_heuristic(body)
-    cls = estimation_class(body, model=model, route=route, input_tokens=raw)
-    input_tokens = max(1, round(raw * corrections.input_factor(cls)))
-    requested = requested_max_output(body)
-    output = requested if requested is not None else default_output_tokens
-    return Demand(
-        input_tokens=input_tokens,
-        output_tokens=max(1, min(output, max_output)),
-        estimation=cls,
-        raw_input_tokens=raw,
+    return request_estimate(body).demand(
+        model=model,
+        route=route,
+        default_output_tokens=default_output_tokens,
+        max_output=max_output,
+        corrections=corrections,
     )
