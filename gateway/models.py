@@ -72,7 +72,8 @@ class Job(models.Model):
     api_key_id = models.BigIntegerField()
     workload_class = models.CharField(max_length=50)
     model = models.CharField(max_length=200)
-    request = models.JSONField()
+    request = models.JSONField()  # the body as the client sent it to its door
+    door = models.CharField(max_length=16, default="chat")
     session_id = models.CharField(max_length=200, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     next_try_at = models.DateTimeField(default=timezone.now)

@@ -71,6 +71,8 @@ class Rendering:
     created: int
     provider: str
     cost: Callable[[Usage], float]
+    # The provider spoke the door's protocol: its events and body go to the client as they are.
+    passthrough: bool = False
 
 
 class StreamRenderer(Protocol):
