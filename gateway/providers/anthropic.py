@@ -149,6 +149,37 @@ class AnthropicAdapter:
         }
         return UpstreamRequest(path="/v1/messages", headers=headers, json=wire)
 
+    def build_native_request(
+        self,
+        native: JSON,
+        *,
+        upstream_model: str,
+        api_key: str,
+        stream: bool,
+        max_output: int,
+        headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        """``POST /v1/messages`` with a Messages body as the client sent it (pass-through):
+        ``cache_control``, ``thinking``, server tools and fields added later go as they are,
+        and so do the client's ``anthropic-beta`` flags; only the model is the endpoint's, and
+        the client's ``stream`` the gateway's (a job never streams)."""
+        wire = {**native, "model": upstream_model}
+        if stream:
+            wire["stream"] = True
+        else:
+            wire.pop("stream", None)
+        if not isinstance(wire.get("max_tokens"), int):  # required by Anthropic
+            wire["max_tokens"] = max_output
+        sent = {
+            "x-api-key": api_key,
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+        }
+        beta = lower_keys(headers).get("anthropic-beta")
+        if beta:
+            sent["anthropic-beta"] = beta
+        return UpstreamRequest(path="/v1/messages", headers=sent, json=wire)
+
     def parse_completion(
         self, data: JSON, *, response_id: str, model: str, created: int | None = None
     ) -> Completion:
