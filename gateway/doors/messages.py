@@ -18,11 +18,12 @@ import orjson
 from django.conf import settings
 from django.http import HttpResponse
 
+from common.errors import GatewayError
 from gateway.doors.base import CanonicalRequest, Rendering
 from gateway.doors.messages_answer import message_from_chat, message_passed_through
 from gateway.doors.messages_request import body_load, chat_body, messages_validate
 from gateway.doors.messages_stream import MessagesStreamRenderer
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import InvalidRequest
 from gateway.providers.base import Completion, Usage
 from quotas.core.estimate import request_estimate
 from routing.core.overrides import provider_preferences_parse
@@ -89,7 +90,7 @@ def _native(body: JSON) -> JSON:
 
 class MessagesDoor:
     name = "messages"
-    protocol = "anthropic"
+    protocol: str | None = "anthropic"
 
     def __init__(self, *, max_bytes: int | None = None) -> None:
         self._max_bytes = max_bytes

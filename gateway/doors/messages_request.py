@@ -185,7 +185,7 @@ def messages_validate(body: JSON) -> JSON:
     """The body if it is a valid Messages request, else ``InvalidRequest`` naming the field."""
     _string(body, "model", "model", required=True)
     max_tokens = body.get("max_tokens")
-    if not _is_int(max_tokens) or max_tokens < 1:
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise _fail("max_tokens", "must be a positive integer.")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -245,7 +245,7 @@ def messages_validate(body: JSON) -> JSON:
         if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
             raise _fail("thinking", "must be an object of type enabled or disabled.")
         budget = thinking.get("budget_tokens")
-        if thinking["type"] == "enabled" and (not _is_int(budget) or budget < 1):
+        if thinking["type"] == "enabled" and not (_is_int(budget) and budget >= 1):
             raise _fail("thinking.budget_tokens", "must be a positive integer.")
     return body
 

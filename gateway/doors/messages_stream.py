@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from common.errors import GatewayError
 from gateway.doors.messages_answer import anthropic_usage, stop_reason_for
-from gateway.errors import GatewayError
 from gateway.providers.base import SSEEvent, Usage
 
 JSON = dict[str, Any]
@@ -48,7 +48,7 @@ class MessagesStreamRenderer:
         if self._started:
             return b""
         self._started = True
-        message = {
+        message: JSON = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
