@@ -245,7 +245,7 @@ def messages_validate(body: JSON) -> JSON:
         if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
             raise _fail("thinking", "must be an object of type enabled or disabled.")
         budget = thinking.get("budget_tokens")
-        if thinking["type"] == "enabled" and not (_is_int(budget) and budget >= 1):
+        if thinking["type"] == "enabled" and not (isinstance(budget, int) and budget >= 1):
             raise _fail("thinking.budget_tokens", "must be a positive integer.")
     return body
 
