@@ -159,26 +159,23 @@ class AnthropicAdapter:
         max_output: int,
         headers: Mapping[str, str],
     ) -> UpstreamRequest:
-        """``POST /v1/messages`` with a Messages body as the client sent it (pass-through):
-        ``cache_control``, ``thinking``, server tools and fields added later go as they are,
-        and so do the client's ``anthropic-beta`` flags; only the model is the endpoint's, and
-        the client's ``stream`` the gateway's (a job never streams)."""
+        """A Messages body from the Messages door, with every field it holds (``cache_control``,
+        ``thinking``, betas …); ``max_tokens`` is required by the protocol, so it is the
+        door's or the endpoint's maximum."""
         wire = {**native, "model": upstream_model}
+        wire.setdefault("max_tokens", max_output)
         if stream:
             wire["stream"] = True
         else:
             wire.pop("stream", None)
-        if not isinstance(wire.get("max_tokens"), int):  # required by Anthropic
-            wire["max_tokens"] = max_output
-        sent = {
+        wire_headers = {
             "x-api-key": api_key,
-            "anthropic-version": API_VERSION,
+            "anthropic-version": headers.get("anthropic-version") or API_VERSION,
             "content-type": "application/json",
         }
-        beta = lower_keys(headers).get("anthropic-beta")
-        if beta:
-            sent["anthropic-beta"] = beta
-        return UpstreamRequest(path="/v1/messages", headers=sent, json=wire)
+        if headers.get("anthropic-beta"):
+            wire_headers["anthropic-beta"] = headers["anthropic-beta"]
+        return UpstreamRequest(path="/v1/messages", headers=wire_headers, json=wire)
 
     def parse_completion(
         self, data: JSON, *, response_id: str, model: str, created: int | None = None
