@@ -33,7 +33,7 @@ JSON = dict[str, Any]
 # Switchyard's own fields, taken out of the native body (Anthropic rejects unknown fields).
 SWITCHYARD_FIELDS = ("provider", "models")
 # Request headers an Anthropic-protocol endpoint gets as they came.
-PASSED_HEADERS = ("anthropic-beta",)
+PASSED_HEADERS = ("anthropic-beta", "anthropic-version")
 SESSION_HEADER = "x-session-id"
 
 # Anthropic's error types by status (its errors page); a 503 of ours — the providers are
