@@ -35,6 +35,8 @@ SWITCHYARD_FIELDS = ("provider", "models")
 # Request headers an Anthropic-protocol endpoint gets as they came.
 PASSED_HEADERS = ("anthropic-beta", "anthropic-version")
 SESSION_HEADER = "x-session-id"
+# Claude Code names its session in a header of its own (its metadata.user_id holds it too).
+AGENT_SESSION_HEADER = "x-claude-code-session-id"
 
 # Anthropic's error types by status (its errors page); a 503 of ours — the providers are
 # overloaded or out of quota, or Switchyard's own state is away — is its 529: the SDK and
@@ -126,7 +128,7 @@ class MessagesDoor:
             models=tuple(models[:8]),
             native=_native(body),
             stream=stream,
-            session_id=lower.get(SESSION_HEADER) or user_id,
+            session_id=lower.get(SESSION_HEADER) or lower.get(AGENT_SESSION_HEADER) or user_id,
             user=user_id,
             preferences=preferences,
             features=frozenset(features),

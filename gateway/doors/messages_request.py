@@ -6,7 +6,8 @@ Anthropic is: ``"5"`` is not an integer); fields it does not know are kept in th
 which goes as it is to an Anthropic-protocol endpoint (``cache_control``, ``thinking``, betas).
 
 The translation is what an OpenAI-protocol endpoint can be told:
-- ``system`` (a string or text blocks) → a leading ``system`` message;
+- ``system`` (a string or text blocks) → a leading ``system`` message, and a ``system`` turn
+  among the messages (Claude Code sends some) → a ``system`` message in its place;
 - text and image blocks → content parts (``cache_control`` kept on them, so a request that
   round-trips through the common form to Anthropic keeps its cache hints);
 - ``tool_use`` blocks → the assistant's ``tool_calls``; ``tool_result`` blocks → ``tool``
@@ -58,6 +59,7 @@ NATIVE_ONLY_BLOCKS = frozenset(
 )
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 MAX_STOP_SEQUENCES = 64
+THINKING_TYPES = ("enabled", "adaptive", "disabled")
 
 
 def _fail(param: str, message: str) -> InvalidRequest:
@@ -149,6 +151,16 @@ def _validate_blocks(blocks: list[Any], param: str, *, role: str) -> None:
         _validate_block(block, f"{param}[{index}]", role=role)
 
 
+def _validate_system(blocks: list[Any], param: str) -> None:
+    if len(blocks) > MAX_CONTENT_PARTS:
+        raise _fail(param, f"at most {MAX_CONTENT_PARTS} blocks.")
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise _fail(f"{param}[{index}]", "system blocks are text blocks.")
+        if not isinstance(block.get("text"), str):
+            raise _fail(f"{param}[{index}].text", "must be a string.")
+
+
 def _validate_tools(tools: Any) -> None:
     if not isinstance(tools, list):
         raise _fail("tools", "must be a list.")
@@ -197,20 +209,18 @@ def messages_validate(body: JSON) -> JSON:
         if not isinstance(message, dict):
             raise _fail(param, "must be an object.")
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise _fail(f"{param}.role", "must be 'user' or 'assistant'.")
+        if role not in ("user", "assistant", "system"):
+            raise _fail(f"{param}.role", "must be 'user', 'assistant' or 'system'.")
         content = message.get("content")
-        if isinstance(content, list):
+        if role == "system" and isinstance(content, list):
+            _validate_system(content, f"{param}.content")
+        elif isinstance(content, list):
             _validate_blocks(content, f"{param}.content", role=role)
         elif not isinstance(content, str):
             raise _fail(f"{param}.content", "must be a string or a list of content blocks.")
     system = body.get("system")
     if isinstance(system, list):
-        for index, block in enumerate(system):
-            if not isinstance(block, dict) or block.get("type") != "text":
-                raise _fail(f"system[{index}]", "system blocks are text blocks.")
-            if not isinstance(block.get("text"), str):
-                raise _fail(f"system[{index}].text", "must be a string.")
+        _validate_system(system, "system")
     elif system is not None and not isinstance(system, str):
         raise _fail("system", "must be a string or a list of text blocks.")
     if "tools" in body:
@@ -242,8 +252,8 @@ def messages_validate(body: JSON) -> JSON:
             raise _fail("metadata.user_id", "must be a string of at most 512 characters.")
     thinking = body.get("thinking")
     if thinking is not None:
-        if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
-            raise _fail("thinking", "must be an object of type enabled or disabled.")
+        if not isinstance(thinking, dict) or thinking.get("type") not in THINKING_TYPES:
+            raise _fail("thinking", "must be an object of type enabled, adaptive or disabled.")
         budget = thinking.get("budget_tokens")
         if thinking["type"] == "enabled" and not (isinstance(budget, int) and budget >= 1):
             raise _fail("thinking.budget_tokens", "must be a positive integer.")
@@ -377,7 +387,10 @@ def chat_body(native: JSON) -> JSON:
     if system is not None:
         messages.append(system)
     for message in native["messages"]:
-        if message["role"] == "user":
+        if message["role"] == "system":  # Claude Code sends instructions in the turns too
+            turn = _system_message(message["content"])
+            messages.extend([turn] if turn else [])
+        elif message["role"] == "user":
             messages.extend(_user_messages(message["content"]))
         else:
             messages.append(_assistant_message(message["content"]))

@@ -227,7 +227,7 @@ def test_a_session_header_wins_over_metadata():
         ({"max_tokens": "5"}, "max_tokens"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "txt"}]}]},
@@ -345,3 +345,31 @@ def test_the_native_request_goes_to_anthropic_with_its_own_fields_and_betas():
     )
     assert streamed.json["stream"] is True and "anthropic-beta" not in streamed.headers
     json.dumps(streamed.json)  # plain JSON, ready to send
+
+
+def test_claude_codes_request_shape_is_accepted():
+    """What Claude Code 2.1 sends: a system turn among the messages, adaptive thinking,
+    fields newer than this gateway (context_management, output_config), its session header."""
+    body = request(
+        system=[
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
+        ],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "system", "content": "Available agent types: …"},
+        ],
+        thinking={"type": "adaptive"},
+        context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        output_config={"effort": "high"},
+        metadata={"user_id": '{"device_id":"d","session_id":"s-meta"}'},
+        max_tokens=32000,
+        stream=True,
+    )
+    canonical = parse(body, {"X-Claude-Code-Session-Id": "s-header"})
+    assert canonical.session_id == "s-header"
+    assert [m["role"] for m in canonical.body["messages"]] == ["system", "user", "system"]
+    assert canonical.body["messages"][2]["content"] == "Available agent types: …"
+    assert canonical.native["context_management"] == body["context_management"]
+    with pytest.raises(InvalidRequest) as refused:
+        parse(request(messages=[{"role": "system", "content": [{"type": "image"}]}]))
+    assert refused.value.param == "messages[0].content[0]"
