@@ -15,6 +15,7 @@ from tests.stack import Stack, free_port, wait_until
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-sy-test-acme-web-0001"
+INDEXER_KEY = "sk-sy-test-acme-indexer-0001"  # a background app: it may defer its requests
 # One app per protocol allowed a single request a minute: the second is refused by the broker.
 LIMITED = {
     "anthropic": "sk-sy-test-acme-limited-anthropic",
@@ -137,6 +138,10 @@ def test_messages_create_answers_in_anthropics_shape(stack, protocol):
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
     assert raw.headers["x-switchyard-provider"] == PROVIDERS[protocol]
     assert raw.headers["x-switchyard-reason"] == "ok"
+    # Beta's own body came through as it is (the simulator marks its usage with a service
+    # tier); alpha's answer was translated, and has none.
+    passed_through = message.usage.service_tier == "standard"
+    assert passed_through == (protocol == "anthropic")
     assert_reconciled(
         stack, message.id, message.usage, protocol=protocol, streamed=False, max_tokens=200
     )
@@ -343,3 +348,40 @@ def test_a_client_that_leaves_mid_stream_leaves_no_reservation(stack, protocol):
     status, reason, cancelled, outcome = rows()[0]
     assert (status, reason, cancelled) == (499, "client_disconnected", True)
     assert outcome == "reconciled", "settled at once, not left for its lease to expire"
+
+
+@pytest.mark.parametrize("protocol", PROVIDERS)
+def test_a_deferred_request_is_answered_by_a_worker_in_anthropics_shape(stack, protocol):
+    accepted = httpx.post(
+        f"{stack.base_url}/v1/messages",
+        headers={"x-api-key": INDEXER_KEY, "Prefer": "respond-async"},
+        json={
+            "model": MODEL,
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "later, please"}],
+            **only(protocol),
+        },
+        timeout=30,
+    )
+    assert accepted.status_code == 202, accepted.text
+    location = accepted.headers["location"]
+    job = {}
+
+    def finished():
+        job.update(
+            httpx.get(
+                f"{stack.base_url}{location}",
+                headers={"Authorization": f"Bearer {INDEXER_KEY}"},
+                timeout=10,
+            ).json()
+        )
+        return job.get("status") in ("succeeded", "failed")
+
+    wait_until(finished, timeout=30, what="the job to finish", interval=0.2)
+    assert job["status"] == "succeeded", job
+    response = job["response"]
+    assert response["status_code"] == 200
+    message = anthropic.types.Message.model_validate(response["body"])
+    assert message.id == job["generation_id"] and message.model == MODEL
+    assert message.content[0].text
+    assert response["headers"]["x-switchyard-provider"] == PROVIDERS[protocol]
