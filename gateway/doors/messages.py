@@ -20,13 +20,13 @@ from django.http import HttpResponse
 
 from common.errors import GatewayError
 from gateway.doors.base import CanonicalRequest, Rendering
+from gateway.doors.chat import preferences_parse
 from gateway.doors.messages_answer import message_from_chat, message_passed_through
 from gateway.doors.messages_request import body_load, chat_body, messages_validate
 from gateway.doors.messages_stream import MessagesStreamRenderer
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Completion, Usage
 from quotas.core.estimate import request_estimate
-from routing.core.overrides import provider_preferences_parse
 
 JSON = dict[str, Any]
 
@@ -34,6 +34,7 @@ JSON = dict[str, Any]
 SWITCHYARD_FIELDS = ("provider", "models")
 # Request headers an Anthropic-protocol endpoint gets as they came.
 PASSED_HEADERS = ("anthropic-beta", "anthropic-version")
+MAX_MODELS = 8  # fallback models, as the chat door takes them
 SESSION_HEADER = "x-session-id"
 # Claude Code names its session in a header of its own (its metadata.user_id holds it too).
 AGENT_SESSION_HEADER = "x-claude-code-session-id"
@@ -103,14 +104,17 @@ class MessagesDoor:
 
     def parse(self, raw: bytes, headers: Mapping[str, str]) -> CanonicalRequest:
         body = messages_validate(body_load(raw, max_bytes=self.max_bytes))
-        try:
-            preferences = provider_preferences_parse(body.get("provider"))
-        except ValueError as exc:
-            raise InvalidRequest(str(exc), param="provider", code="invalid_value") from None
+        preferences = preferences_parse(body.get("provider"))
         models = body.get("models") or []
-        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        if not (
+            isinstance(models, list)
+            and len(models) <= MAX_MODELS
+            and all(isinstance(m, str) for m in models)
+        ):
             raise InvalidRequest(
-                "models: must be a list of model names.", param="models", code="invalid_value"
+                f"models: must be a list of at most {MAX_MODELS} model names.",
+                param="models",
+                code="invalid_value",
             )
         common = chat_body(body)
         common["models"] = models
@@ -125,7 +129,7 @@ class MessagesDoor:
             body=common,
             model=body["model"],
             estimate=request_estimate(common),
-            models=tuple(models[:8]),
+            models=tuple(models),
             native=_native(body),
             stream=stream,
             session_id=lower.get(SESSION_HEADER) or lower.get(AGENT_SESSION_HEADER) or user_id,

@@ -11,6 +11,7 @@ as the client named it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,8 @@ class MessagesStreamRenderer:
     model: str
     input_tokens: int  # the estimate, until the provider's usage comes (at the end, for OpenAI)
     passthrough: bool = False
-    error_type_for: Any = None  # GatewayError → Anthropic error type (the door's mapping)
+    # GatewayError → Anthropic error type (the door's mapping)
+    error_type_for: Callable[[GatewayError], str] = lambda error: "api_error"
     _started: bool = False
     _index: int = -1  # the open content block's index
     _open: str = ""  # its type: "text", "tool_use" or "" (none open)
@@ -149,5 +151,4 @@ class MessagesStreamRenderer:
         return b"".join(out)
 
     def fail(self, error: GatewayError) -> bytes:
-        error_type = self.error_type_for(error) if self.error_type_for else "api_error"
-        return error_event(error_type, error.message)
+        return error_event(self.error_type_for(error), error.message)

@@ -274,6 +274,7 @@ def test_a_session_header_wins_over_metadata():
         ({"metadata": {"user_id": 7}}, "metadata.user_id"),
         ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
         ({"provider": {"only": "beta"}}, "provider"),
+        ({"models": ["acme/chat-small"] * 9}, "models"),
     ],
 )
 def test_a_bad_body_is_refused_naming_the_field(change, param):
