@@ -79,16 +79,30 @@ def claude_env(stack, home: Path) -> dict[str, str]:
     }
 
 
-def test_claude_code_answers_through_the_gateway_and_is_recorded(stack, claude, tmp_path):
+# Which of its tools Claude Code offers. The simulator calls an offered tool at random, with
+# arguments made up from the schema: only tools that read the (empty) working folder are
+# offered, none that writes, runs commands or reaches the network. "" offers none.
+TOOLSETS = {"no tools": ("", 1), "read-only tools": ("Read,Glob,Grep", 4)}
+
+
+@pytest.mark.parametrize("toolset", TOOLSETS)
+def test_claude_code_answers_through_the_gateway_and_is_recorded(stack, claude, tmp_path, toolset):
+    tools, turns = TOOLSETS[toolset]
     [(tenant_id,)] = stack.sql("select id from tenants_tenant where name = 'acme'")
     [(started,)] = stack.sql("select now()")
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     result = subprocess.run(
-        # No tools: the simulator calls one at random when offered some, and a tool call
-        # would have the agent act on this machine rather than print the answer.
-        [*claude, "-p", "Reply with a short greeting.", "--max-turns", "1", "--tools", ""],
+        [
+            *claude,
+            "-p",
+            "Reply with a short greeting.",
+            "--max-turns",
+            str(turns),
+            "--tools",
+            tools,
+        ],
         cwd=work,
         env=claude_env(stack, home),
         capture_output=True,
