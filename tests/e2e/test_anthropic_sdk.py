@@ -3,6 +3,8 @@ Anthropic-protocol endpoint (beta) gets the request as it came, an OpenAI-protoc
 gets it translated; either way the SDK sees Anthropic's answers, streams and errors."""
 
 import os
+import re
+import time
 
 import anthropic
 import httpx
@@ -10,7 +12,7 @@ import pytest
 
 from tests.conftest import e2e_config
 from tests.e2e.brokerstate import bucket_available
-from tests.stack import Stack, free_port, wait_until
+from tests.stack import SCRAPE_TOKEN, Stack, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -385,3 +387,33 @@ def test_a_deferred_request_is_answered_by_a_worker_in_anthropics_shape(stack, p
     assert message.id == job["generation_id"] and message.model == MODEL
     assert message.content[0].text
     assert response["headers"]["x-switchyard-provider"] == PROVIDERS[protocol]
+
+
+def test_a_repeated_idempotency_key_replays_the_message_and_the_record_names_the_door(stack):
+    client = sdk(stack)
+    request = {
+        "model": MODEL,
+        "max_tokens": 30,
+        "messages": [{"role": "user", "content": "once only"}],
+        "extra_headers": {"Idempotency-Key": f"messages-{time.time_ns()}"},
+    }
+    first = client.messages.with_raw_response.create(**request)
+    again = client.messages.with_raw_response.create(**request)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.parse().model_dump() == first.parse().model_dump()
+
+    generation_id = first.parse().id
+    ledger(stack, generation_id)  # written off the hot path: wait for it
+    record = httpx.get(
+        f"{stack.base_url}/v1/generation",
+        params={"id": generation_id},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=10,
+    ).json()["data"]
+    assert record["api_type"] == "messages" and record["model"] == MODEL
+    scrape = httpx.get(
+        f"{stack.base_url}/metrics",
+        headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"},
+        timeout=10,
+    ).text
+    assert re.search(r'switchyard_requests_total\{[^}]*door="messages"[^}]*\} [1-9]', scrape)
