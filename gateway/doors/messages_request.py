@@ -17,8 +17,9 @@ The translation is what an OpenAI-protocol endpoint can be told:
   auto/required/function/none, ``disable_parallel_tool_use`` → ``parallel_tool_calls``;
 - ``stop_sequences`` → ``stop``; ``metadata.user_id`` → ``user``; ``max_tokens``,
   ``temperature``, ``top_p``, ``stream``.
-Thinking blocks (and ``redacted_thinking``) have no chat-completions form and are dropped, as
-are server tools (web search, code execution …), which only Anthropic can run.
+Documents become ``file`` parts (base64, a PDF) or text. Thinking blocks (and
+``redacted_thinking``) have no chat-completions form and are dropped, as are documents by URL
+and server tools (web search, code execution …), which only Anthropic can run.
 """
 
 from __future__ import annotations
@@ -278,6 +279,22 @@ def _image_part(block: JSON) -> JSON:
     return _cache({"type": "image_url", "image_url": {"url": url}}, block)
 
 
+def _document_parts(block: JSON) -> list[JSON]:
+    """A document as OpenAI's parts: a base64 file (a PDF) as a ``file`` part, plain text as
+    text. A document by URL or by file id has no chat-completions form: it is dropped."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return []
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        media = source.get("media_type") or "application/pdf"
+        name = block.get("title") if isinstance(block.get("title"), str) else "document.pdf"
+        data = f"data:{media};base64,{source['data']}"
+        return [{"type": "file", "file": {"filename": name, "file_data": data}}]
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return [{"type": "text", "text": source["data"]}]
+    return []
+
+
 def _parts(blocks: list[JSON]) -> list[JSON]:
     """Text and image blocks as chat content parts (others are handled by the caller)."""
     parts = []
@@ -286,6 +303,8 @@ def _parts(blocks: list[JSON]) -> list[JSON]:
             parts.append(_cache({"type": "text", "text": block["text"]}, block))
         elif block["type"] == "image":
             parts.append(_image_part(block))
+        elif block["type"] == "document":
+            parts.extend(_document_parts(block))
         elif block["type"] == "search_result":
             text = "\n".join(
                 str(item.get("text", ""))
@@ -298,9 +317,9 @@ def _parts(blocks: list[JSON]) -> list[JSON]:
 
 def _content(parts: list[JSON]) -> str | list[JSON]:
     """A plain string when the parts are text without cache hints: the common case, and the
-    form every OpenAI-compatible server takes."""
+    form every OpenAI-compatible server takes (separate blocks stay separate lines)."""
     if all(p["type"] == "text" and "cache_control" not in p for p in parts):
-        return "".join(p["text"] for p in parts)
+        return "\n".join(p["text"] for p in parts)
     return parts
 
 

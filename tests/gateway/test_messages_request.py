@@ -374,3 +374,31 @@ def test_claude_codes_request_shape_is_accepted():
     with pytest.raises(InvalidRequest) as refused:
         parse(request(messages=[{"role": "system", "content": [{"type": "image"}]}]))
     assert refused.value.param == "messages[0].content[0]"
+
+
+def test_documents_become_file_or_text_parts_and_text_blocks_stay_separate_lines():
+    content = [
+        {
+            "type": "document",
+            "title": "report.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+        },
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "notes"},
+        },
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+        {"type": "text", "text": "Summarise."},
+    ]
+    [message] = chat_body(request(messages=[{"role": "user", "content": content}]))["messages"]
+    assert message["content"] == [
+        {
+            "type": "file",
+            "file": {"filename": "report.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"},
+        },
+        {"type": "text", "text": "notes"},
+        {"type": "text", "text": "Summarise."},
+    ]
+    two = [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "hi"}]
+    [message] = chat_body(request(messages=[{"role": "user", "content": two}]))["messages"]
+    assert message["content"] == "<reminder>\nhi"
