@@ -5,14 +5,17 @@ not the chat envelope."""
 from __future__ import annotations
 
 from gateway.doors.messages import ERROR_TYPES
-from gateway.doors.messages_request import BLOCK_TYPES, THINKING_TYPES
+from gateway.doors.messages_request import THINKING_TYPES
 from gateway.openapi_request import PROVIDER_PREFERENCES, STRING, Schema, schema_ref
 
 INTEGER: Schema = {"type": "integer"}
 BLOCK: Schema = {
     "type": "object",
     "required": ["type"],
-    "properties": {"type": {"enum": sorted(BLOCK_TYPES)}, "cache_control": {"type": "object"}},
+    "properties": {
+        "type": {"type": "string", "examples": ["text", "image", "tool_use", "tool_result"]},
+        "cache_control": {"type": "object"},
+    },
 }
 CONTENT: Schema = {"oneOf": [STRING, {"type": "array", "items": BLOCK}]}
 SYSTEM_BLOCKS: Schema = {

@@ -230,7 +230,7 @@ def test_a_session_header_wins_over_metadata():
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
         (
-            {"messages": [{"role": "user", "content": [{"type": "txt"}]}]},
+            {"messages": [{"role": "user", "content": [{"type": 5}]}]},
             "messages[0].content[0].type",
         ),
         (
@@ -402,3 +402,17 @@ def test_documents_become_file_or_text_parts_and_text_blocks_stay_separate_lines
     two = [{"type": "text", "text": "<reminder>"}, {"type": "text", "text": "hi"}]
     [message] = chat_body(request(messages=[{"role": "user", "content": two}]))["messages"]
     assert message["content"] == "<reminder>\nhi"
+
+
+def test_block_types_only_anthropic_knows_go_to_it_and_stay_out_of_the_common_form():
+    content = [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {}},
+        {"type": "text", "text": "Found it."},
+    ]
+    body = request(
+        messages=[{"role": "user", "content": "?"}, {"role": "assistant", "content": content}]
+    )
+    canonical = parse(body)
+    assert canonical.native["messages"][1]["content"] == content
+    assert canonical.body["messages"][1] == {"role": "assistant", "content": "Found it."}
