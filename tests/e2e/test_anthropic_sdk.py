@@ -350,6 +350,11 @@ def test_a_client_that_leaves_mid_stream_leaves_no_reservation(stack, protocol):
     status, reason, cancelled, outcome = rows()[0]
     assert (status, reason, cancelled) == (499, "client_disconnected", True)
     assert outcome == "reconciled", "settled at once, not left for its lease to expire"
+    wait_until(
+        lambda: not httpx.get(f"{stack.sim_url(provider)}/_stats").json()["incidents"],
+        timeout=5,
+        what="the slow-down to end",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROVIDERS)
