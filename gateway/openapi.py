@@ -146,6 +146,8 @@ MODEL: Schema = {
         "object": {"const": "model"},
         "created": {"type": "integer"},
         "owned_by": STRING,
+        "canonical_slug": {**STRING, "description": "The model an alias stands for."},
+        "aliases": {"type": "array", "items": STRING, "description": "Other ids it answers to."},
     },
 }
 GENERATION: Schema = {
