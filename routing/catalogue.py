@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.core.catalogue import EndpointConfig, ModelConfig
+from routing.core.overrides import model_suffix_split
 from routing.models import Endpoint, Model, Provider, routing_parameters
 
 
@@ -62,6 +63,13 @@ class Catalogue:
     providers: dict[str, ProviderEntry]
     endpoints: dict[str, EndpointEntry]  # by router key
     aliases: dict[str, str] = field(default_factory=dict)  # alias → the model's slug
+
+    def routing_name(self, requested: str) -> str:
+        """``requested`` as the router knows it: an alias replaced by its model's slug, a
+        ``:floor`` / ``:nitro`` suffix kept."""
+        name, _ = model_suffix_split(requested)
+        slug = self.aliases.get(name) if name not in self.models else None
+        return requested if slug is None else slug + requested[len(name) :]
 
     def model_named(self, name: str) -> ModelEntry | None:
         """The model a client means by ``name``: its slug, or one of its aliases."""

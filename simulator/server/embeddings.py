@@ -57,7 +57,7 @@ def embeddings_parse(body: bytes) -> EmbeddingsRequest:
             f"Invalid value for 'dimensions': expected an integer >= 1, got {dimensions!r}.",
             param="dimensions",
         )
-    encoding = data.get("encoding_format", "float")
+    encoding = data.get("encoding_format") or "float"
     if encoding not in ENCODINGS:
         raise BadRequest(
             f"Invalid value for 'encoding_format': expected 'float' or 'base64', got {encoding!r}.",
