@@ -133,3 +133,18 @@ def test_the_admin_saves_aliases(staff: Client) -> None:
     assert Model.objects.get(slug="test/new-model").aliases == ["gpt-4o", "gpt-4o-mini"]
     listing = staff.get(url(Model, "changelist"))
     assert "gpt-4o, gpt-4o-mini" in listing.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("requested", "routed"),
+    [
+        ("claude-sonnet-4-5", "acme/chat-large"),
+        ("claude-sonnet-4-5:nitro", "acme/chat-large:nitro"),
+        ("acme/chat-small:floor", "acme/chat-small:floor"),
+        ("unknown-model", "unknown-model"),
+    ],
+)
+def test_the_router_is_asked_by_the_models_slug_suffix_kept(
+    personas: Personas, requested: str, routed: str
+) -> None:
+    assert snapshot_build(1).catalogue.routing_name(requested) == routed
