@@ -15,6 +15,7 @@ import pytest
 
 from simulator.model import count_text_tokens
 from simulator.server.embeddings import embedding_vector
+from tests.e2e.brokerstate import bucket_available
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -164,6 +165,48 @@ def test_an_unknown_model_is_404(client):
         client.embeddings.create(model="acme/no-such-embedder", input="x")
 
 
+def test_a_repeat_under_an_idempotency_key_is_replayed_not_sent_again(stack, client):
+    headers = {"Idempotency-Key": "e2e-embeddings-once"}
+    calls = f"{stack.sim_url('alpha')}/_calls"
+    first = client.embeddings.with_raw_response.create(
+        model=MODEL, input=TEXT, user="e2e-emb-idem", extra_headers=headers
+    )
+    again = client.embeddings.with_raw_response.create(
+        model=MODEL, input=TEXT, user="e2e-emb-idem", extra_headers=headers
+    )
+
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.parse().data[0].embedding == first.parse().data[0].embedding
+    assert httpx.get(calls).json()["by_caller"]["e2e-emb-idem"] == 1
+
+
+def test_a_deferred_batch_runs_as_a_job(stack):
+    indexer = "sk-sy-test-acme-indexer-0001"  # acme/search/indexer: background (defer)
+    auth = {"Authorization": f"Bearer {indexer}"}
+    accepted = httpx.post(
+        f"{stack.base_url}/v1/embeddings",
+        headers={**auth, "Prefer": "respond-async"},
+        json={"model": "text-embedding-3-small", "input": ["index me", "and me"]},
+        timeout=30,
+    )
+    assert accepted.status_code == 202, accepted.text
+    found: dict = {}
+
+    def done() -> bool:
+        found.update(
+            httpx.get(f"{stack.base_url}{accepted.headers['location']}", headers=auth).json()
+        )
+        return found.get("status") in ("succeeded", "failed", "cancelled")
+
+    wait_until(done, timeout=30, what="the embeddings job", interval=0.2)
+    assert found["status"] == "succeeded", found
+    body = found["response"]["body"]
+    assert body["object"] == "list" and [d["index"] for d in body["data"]] == [0, 1]
+    assert body["usage"]["prompt_tokens"] == count_text_tokens("index me") + count_text_tokens(
+        "and me"
+    )
+
+
 # -- aliases ---------------------------------------------------------------------------------
 
 
@@ -276,3 +319,29 @@ def test_a_refusal_says_why_and_when_to_come_back(tight_stack):
     assert "model:e2e/embed-tight" in response.headers["x-switchyard-bucket"]
     # Refused by the broker: the provider never saw it.
     assert httpx.get(f"{tight_stack.sim_url('alpha')}/_stats").json()["requests"] == calls_before
+
+
+def test_a_client_that_leaves_before_the_vectors_come_leaves_no_reservation(tight_stack):
+    alpha = tight_stack.sim_url("alpha")
+    # Slow embed-small for a moment (2-3 s at the stack's latency scale) so the call is in
+    # flight when the client gives up.
+    slow = {"model": "embed-small", "for": "5s", "ttft_ms": {"median": 40000, "p95": 60000}}
+    assert httpx.post(f"{alpha}/_incident", json=slow).status_code == 200
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{tight_stack.base_url}/v1/embeddings",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"model": MODEL, "input": "never mind"},
+            timeout=httpx.Timeout(30, read=0.5),
+        )
+    # The slot comes back at once (C10), and the provider's call was cancelled with it.
+    wait_until(
+        lambda: bucket_available(tight_stack, "app:acme/search/web:concurrency") == 20,
+        timeout=1.5,
+        what="the app's concurrency slot to come back",
+    )
+    wait_until(
+        lambda: httpx.get(f"{alpha}/_stats").json()["concurrency"] == 0,
+        timeout=2,
+        what="the simulator to see the call cancelled",
+    )
