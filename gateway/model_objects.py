@@ -17,6 +17,8 @@ CAPABILITY_PARAMETERS = {
     "tools": ("tools", "tool_choice", "parallel_tool_calls"),
     "response_format": ("response_format", "structured_outputs"),
 }
+# What an endpoint that embeds takes (gateway/doors/embeddings.py), instead of the above.
+EMBEDDINGS_PARAMETERS = ("dimensions", "encoding_format", "user")
 PER_MILLION = Decimal(1_000_000)
 
 
@@ -75,6 +77,8 @@ def per_token(per_million: float) -> str:
 
 
 def supported_parameters(supports: frozenset[str]) -> list[str]:
+    if "embeddings" in supports:  # it serves /v1/embeddings only
+        return sorted(EMBEDDINGS_PARAMETERS)
     extra = [
         p for capability in sorted(supports) for p in CAPABILITY_PARAMETERS.get(capability, ())
     ]

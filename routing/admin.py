@@ -82,10 +82,6 @@ class ProviderAdmin(ConfigModelAdmin):
     def has_credential(self, provider: Provider) -> bool:
         return bool(provider.api_key_encrypted)
 
-    @admin.display(description="aliases")
-    def alias_list(self, model: Model) -> str:
-        return ", ".join(model.aliases or ())
-
     @admin.display(description="endpoints", ordering="endpoint_count")
     def endpoint_count(self, provider: Any) -> int:
         return int(provider.endpoint_count)
