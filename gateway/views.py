@@ -9,6 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from gateway import models_api, openapi, pipeline, token_count
 from gateway.doors.base import Door
 from gateway.doors.chat import CHAT
+from gateway.doors.embeddings import EMBEDDINGS_DOOR
 from gateway.doors.messages import MESSAGES_DOOR
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
@@ -33,6 +34,13 @@ async def messages_count_tokens(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST", MESSAGES_DOOR)
     return await token_count.messages_count_tokens(request)
+
+
+@csrf_exempt
+async def embeddings(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await pipeline.serve(request, EMBEDDINGS_DOOR)
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:

@@ -31,6 +31,8 @@ class CompletionRequest:
     ``prompt_cache_ttl_s`` then serves a cache hit only if that conversation's prefix is warm
     there. ``output_tokens`` is the natural length of a text answer when the caller draws it
     (the switchback experiment's traffic model); None draws it from the model's distribution.
+    ``embedding`` says it asks for vectors, not text: no output tokens are reserved or produced,
+    and the answer takes the model's TTFT.
     """
 
     model: str
@@ -43,3 +45,4 @@ class CompletionRequest:
     follows_tool_result: bool = False
     conversation: str | None = None
     output_tokens: int | None = None
+    embedding: bool = False
