@@ -26,12 +26,14 @@ async def messages_count_tokens(request: HttpRequest) -> HttpResponse:
         model, tokens = count_tokens_parse(
             raw_body(request), max_bytes=settings.MAX_REQUEST_BODY_BYTES
         )
-        slug, _ = model_suffix_split(model)
-        entry = snapshot.catalogue.models.get(slug)
+        name, _ = model_suffix_split(model)
+        entry = snapshot.catalogue.model_named(name)  # its slug, or an alias
         if entry is None or not entry.endpoints:
             raise UnknownModel(f"The model '{model}' does not exist.", param="model")
-        if not principal.may_use(slug):
-            raise PermissionDenied(f"This API key may not use the model '{slug}'.", param="model")
+        if not principal.may_use(entry.slug):
+            raise PermissionDenied(
+                f"This API key may not use the model '{entry.slug}'.", param="model"
+            )
     except GatewayError as error:
         return MESSAGES_DOOR.error_response(error, {REQUEST_ID_HEADER: request_id})
     return json_response({"input_tokens": tokens}, headers={REQUEST_ID_HEADER: request_id})

@@ -228,6 +228,10 @@ def test_count_tokens_answers_from_the_estimator(stack):
         messages=[{"role": "user", "content": "Hi"}],
     )
     assert 0 < short.input_tokens < longer.input_tokens
+    by_alias = client.messages.count_tokens(
+        model="claude-sonnet-4-5", messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert by_alias.input_tokens == short.input_tokens
     assert longer.input_tokens > 300  # ~1,450 characters of system prompt at ~4 per token
     with pytest.raises(anthropic.NotFoundError) as unknown:
         client.messages.count_tokens(

@@ -63,8 +63,9 @@ def claude_env(stack, home: Path) -> dict[str, str]:
         "TERM": "dumb",
         "ANTHROPIC_BASE_URL": stack.base_url,
         "ANTHROPIC_API_KEY": KEY,
-        # The catalogue's names until aliases map Claude Code's own model ids.
-        "ANTHROPIC_MODEL": "acme/chat-large",
+        # A model id Claude Code knows, which the catalogue has as an alias of acme/chat-large
+        # (its default, claude-opus-4-8, is no alias of the reference config's).
+        "ANTHROPIC_MODEL": "claude-sonnet-4-5",
         "ANTHROPIC_SMALL_FAST_MODEL": "acme/chat-small",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "acme/chat-small",
         # It asks for 32,000 output tokens by default; the catalogue's endpoints make at most
@@ -118,7 +119,7 @@ def test_claude_code_answers_through_the_gateway_and_is_recorded(stack, claude, 
 
     def rows():
         return stack.sql(
-            "select g.id, g.status, g.input_tokens, g.output_tokens, r.outcome,"
+            "select g.model, g.status, g.input_tokens, g.output_tokens, r.outcome,"
             " r.estimated_input_tokens, r.estimated_output_tokens,"
             " r.actual_input_tokens, r.actual_output_tokens"
             " from gateway_generation g join quotas_reservation r on r.request_id = g.id"
@@ -132,6 +133,7 @@ def test_claude_code_answers_through_the_gateway_and_is_recorded(stack, claude, 
     recorded = rows()
     answered = [row for row in recorded if row[1] == 200]
     assert answered, recorded
+    assert "acme/chat-large" in {row[0] for row in answered}, "the alias served as its model"
     for _, _, input_tokens, output_tokens, outcome, est_in, est_out, act_in, act_out in answered:
         assert outcome == "reconciled"
         assert est_in > 0 and est_out > 0, "reserved before it was sent"
