@@ -21,6 +21,7 @@ import orjson
 from gateway import errors, idempotency, jobs
 from gateway.models import Job
 from gateway.openapi_embeddings import EMBEDDINGS, EMBEDDINGS_REQUEST, embeddings_path
+from gateway.openapi_messages import MESSAGES_PATHS, MESSAGES_SCHEMAS
 from gateway.openapi_request import (
     CHAT_REQUEST,
     CONTENT_PART,
@@ -357,6 +358,7 @@ def _document() -> Schema:
                     },
                 }
             },
+            **MESSAGES_PATHS,
         },
         "components": {
             "securitySchemes": {
@@ -382,6 +384,7 @@ def _document() -> Schema:
                 "Model": MODEL,
                 "Generation": GENERATION,
                 "ErrorEnvelope": ERROR_ENVELOPE,
+                **MESSAGES_SCHEMAS,
             },
             "responses": {
                 f"Error{status}": _error_response(status) for status in ERROR_DESCRIPTIONS

@@ -6,9 +6,11 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway import models_api, openapi, pipeline
+from gateway import models_api, openapi, pipeline, token_count
+from gateway.doors.base import Door
 from gateway.doors.chat import CHAT
 from gateway.doors.embeddings import EMBEDDINGS_DOOR
+from gateway.doors.messages import MESSAGES_DOOR
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
 
@@ -17,6 +19,21 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     if request.method != "POST":
         return _method_not_allowed("POST")
     return await pipeline.serve(request, CHAT)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Anthropic Messages; its query string (``?beta=true``, Claude Code's) changes nothing."""
+    if request.method != "POST":
+        return _method_not_allowed("POST", MESSAGES_DOOR)
+    return await pipeline.serve(request, MESSAGES_DOOR)
+
+
+@csrf_exempt
+async def messages_count_tokens(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST", MESSAGES_DOOR)
+    return await token_count.messages_count_tokens(request)
 
 
 @csrf_exempt
@@ -45,8 +62,10 @@ async def openapi_json(request: HttpRequest) -> HttpResponse:
     return HttpResponse(openapi.openapi_json(), content_type="application/json")
 
 
-def _method_not_allowed(allowed: str) -> HttpResponse:
-    return error_response(MethodNotAllowed(f"Use {allowed} for this endpoint."), {"Allow": allowed})
+def _method_not_allowed(allowed: str, door: Door = CHAT) -> HttpResponse:
+    return door.error_response(
+        MethodNotAllowed(f"Use {allowed} for this endpoint."), {"Allow": allowed}
+    )
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

@@ -57,8 +57,9 @@ def published(stack):
 
 def test_generated_requests_never_fail_and_leave_nothing_held(stack, published):
     envelope = published["components"]["schemas"]["ErrorEnvelope"]
+    anthropic = published["components"]["schemas"]["AnthropicError"]  # the Messages door's
     schema = schemathesis.openapi.from_dict(trimmed(published, MODELS))
-    run = Run(stack.base_url, envelope)
+    run = Run(stack.base_url, envelope, anthropic)
     started = time.monotonic()
     for result in schema.get_all_operations():
         operation = result.ok()
@@ -83,9 +84,10 @@ def test_generated_requests_never_fail_and_leave_nothing_held(stack, published):
 
 
 class Run:
-    def __init__(self, base_url: str, envelope: dict) -> None:
+    def __init__(self, base_url: str, envelope: dict, anthropic: dict) -> None:
         self.base_url = base_url
         self.envelope = envelope
+        self.anthropic = anthropic
         self.session = requests.Session()
         self.sent = 0
         self.statuses: Counter[tuple[str, int]] = Counter()
@@ -125,7 +127,8 @@ class Run:
         if "Idempotency-Key" in case.headers:  # to name what a key left claimed answered
             [request_id] = response.headers.get("x-request-id") or ["?"]
             self.answered[request_id] = f"{label} -> {response.status_code}: {case.body!r:.300}"
-        problem = _problem(response, self.envelope)
+        messages = label.startswith("POST /v1/messages")
+        problem = _problem(response, self.anthropic if messages else self.envelope)
         if problem:
             self.failures.append(
                 f"{mode.value} {label} -> {response.status_code}: {problem}\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+ERROR_ENVELOPES = ("ErrorEnvelope", "AnthropicError")  # the Messages door answers in Anthropic's
 MAX_ITEMS = 2
 MAX_STRING = 24
 # A free-form object (metadata-like fields, a tool's parameters, response_format): a few scalar
@@ -36,12 +37,12 @@ def trimmed(document: dict[str, Any], models: list[str]) -> dict[str, Any]:
         for operation in path.values():
             if isinstance(operation, dict):
                 operation.pop("security", None)
-    for request in ("ChatCompletionRequest", "EmbeddingsRequest"):
+    for request in ("ChatCompletionRequest", "EmbeddingsRequest", "MessagesRequest"):
         out["components"]["schemas"][request]["properties"]["model"] = {"enum": models}
     for parameter in out["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
         parameter["schema"] = {"enum": models}
     for name, schema in out["components"]["schemas"].items():
-        if name != "ErrorEnvelope":  # responses are validated against it as published
+        if name not in ERROR_ENVELOPES:  # responses are validated against them as published
             _trim(schema)
     for parameter in out["components"]["parameters"].values():
         _trim(parameter["schema"])
