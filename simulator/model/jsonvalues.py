@@ -15,7 +15,8 @@ properties appear half of the time.
 Deterministic: the same schema and the same ``rng`` state give the same value. Recursion is
 bounded: past :data:`SHALLOW_DEPTH` levels optional properties and array items beyond
 ``minItems`` are left out and ``anyOf`` prefers a branch that ends, so a recursive model
-(a tree of nodes) comes out finite.
+(a tree of nodes) comes out finite. Size is bounded (:data:`MAX_VALUES`, :data:`MAX_COUNT`,
+:data:`MAX_LENGTH`): a schema asking for more gets a value that breaks it, not a hung server.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from typing import Any
 WORDS = ("alpha", "north", "report", "paris", "summary", "blue", "order", "invoice", "draft")
 SHALLOW_DEPTH = 4  # past this, generate only what the schema requires
 MAX_DEPTH = 32  # a schema that requires deeper nesting than this gets null there
+# A hostile schema (minItems 10**9, arrays of arrays of arrays…) must not hang the provider:
+# past MAX_VALUES generated values the rest are null, and counts and lengths are capped.
+MAX_VALUES = 5000
+MAX_COUNT = 256  # items of an array, entries of a map
+MAX_LENGTH = 10_000  # characters ``minLength`` pads all strings together to
 _NUMBER_SPAN = 100.0  # the range drawn from when a bound is missing
 _PATTERN_CANDIDATES = ("alpha", "ABC", "abc123", "123", "a1", "a-b", "x", "2025-01-31")
 _FORMATS: dict[str, Any] = {
@@ -58,8 +64,13 @@ class _Generator:
     def __init__(self, root: Mapping[str, Any], rng: random.Random) -> None:
         self.root = root
         self.rng = rng
+        self.values = 0
+        self.padding = MAX_LENGTH  # characters all strings together may still be padded to
 
     def value(self, schema: Any, depth: int) -> Any:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            return None
         if schema is True or schema == {}:
             return self.rng.choice(WORDS)
         if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
@@ -150,24 +161,25 @@ class _Generator:
             if optional and (depth >= SHALLOW_DEPTH or self.rng.random() < 0.5):
                 continue
             result[name] = self.value(sub_schema, depth + 1)
-        wanted = _non_negative_int(schema.get("minProperties"), 0)
+        wanted = min(MAX_COUNT, _non_negative_int(schema.get("minProperties"), 0))
         for name in required_names:
             if name not in result and extra is not False:
                 result[name] = self.value(extra, depth + 1)
         if isinstance(extra, Mapping):  # a map (Pydantic ``dict[str, X]``): a few entries
             wanted = max(wanted, 0 if depth >= SHALLOW_DEPTH or properties else 1)
         if extra is not False:
-            for word in WORDS:
+            keys = (f"{WORDS[i % len(WORDS)]}{i // len(WORDS) or ''}" for i in range(MAX_COUNT))
+            for key in keys:
                 if len(result) >= wanted:
                     break
-                result.setdefault(word, self.value(extra, depth + 1))
+                result.setdefault(key, self.value(extra, depth + 1))
         return result
 
     def array(self, schema: Mapping[str, Any], depth: int) -> list[Any]:
         prefix = schema.get("prefixItems")
         prefix = prefix if isinstance(prefix, list) else []
         items = schema.get("items", {})
-        minimum = _non_negative_int(schema.get("minItems"), 0)
+        minimum = min(MAX_COUNT, _non_negative_int(schema.get("minItems"), 0))
         maximum: int | None = _non_negative_int(schema.get("maxItems"), -1)
         if maximum == -1:
             maximum = None
@@ -199,9 +211,11 @@ class _Generator:
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and maker is None:
             text = _matching(pattern, text, rng)
-        low = _non_negative_int(schema.get("minLength"), 0)
+        low = min(max(0, self.padding), _non_negative_int(schema.get("minLength"), 0))
         high = _non_negative_int(schema.get("maxLength"), max(low, len(text)))
-        return text.ljust(low, "x")[: max(low, high)]
+        text = text.ljust(low, "x")[: max(low, high)]
+        self.padding -= len(text)
+        return text
 
     def integer(self, schema: Mapping[str, Any], depth: int) -> int:
         low, high = _bounds(schema)
@@ -281,8 +295,7 @@ def _bounds(schema: Mapping[str, Any]) -> tuple[tuple[float, bool], tuple[float,
     elif schema.get("exclusiveMaximum") is True and high is not None:
         high_open = True
     if low is None:
-        low = 0.0 if high is None or high > _NUMBER_SPAN else high - _NUMBER_SPAN
-        low = min(low, high) if high is not None else low
+        low = 0.0 if high is None or high > 0 else high - _NUMBER_SPAN
     if high is None:
         high = low + _NUMBER_SPAN if low > 0 else _NUMBER_SPAN
     return (low, low_open), (max(low, high), high_open)
@@ -293,7 +306,7 @@ def _matching(pattern: str, text: str, rng: random.Random) -> str:
     or one of a few candidates; ``text`` when none matches (lookarounds, back references)."""
     try:
         compiled = re.compile(pattern)
-        generated = _from_regex(_regex_parser.parse(pattern), rng)
+        generated = _from_regex(_regex_parser.parse(pattern), rng, [MAX_LENGTH])
     except (re.error, _Unsupported, RecursionError):
         return text
     for candidate in (generated, text, *_PATTERN_CANDIDATES):
@@ -315,10 +328,14 @@ _ANY_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
 _OPEN_REPEAT = 3  # ``*`` and ``+`` repeat at most this many times beyond their minimum
 
 
-def _from_regex(parsed: Any, rng: random.Random) -> str:
-    """A string for a parsed regular expression (``re._parser``'s tree, opcodes by name)."""
+def _from_regex(parsed: Any, rng: random.Random, budget: list[int]) -> str:
+    """A string for a parsed regular expression (``re._parser``'s tree, opcodes by name);
+    ``budget[0]`` is the number of characters and repeats still allowed."""
     out: list[str] = []
     for opcode, argument in parsed:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _Unsupported("too long")
         op = str(opcode)
         if op == "LITERAL":
             out.append(chr(argument))
@@ -327,13 +344,16 @@ def _from_regex(parsed: Any, rng: random.Random) -> str:
         elif op == "IN":
             out.append(_from_class(argument, rng))
         elif op == "SUBPATTERN":
-            out.append(_from_regex(argument[-1], rng))
+            out.append(_from_regex(argument[-1], rng, budget))
         elif op == "BRANCH":
-            out.append(_from_regex(rng.choice(argument[1]), rng))
+            out.append(_from_regex(rng.choice(argument[1]), rng, budget))
         elif op in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             low, high, item = argument
             high = min(high, low + _OPEN_REPEAT)
-            out.extend(_from_regex(item, rng) for _ in range(rng.randint(low, high)))
+            count = rng.randint(low, high)
+            if count > budget[0]:
+                raise _Unsupported("too long")
+            out.extend(_from_regex(item, rng, budget) for _ in range(count))
         elif op == "AT":
             continue  # anchors: the string generated is the whole match
         else:

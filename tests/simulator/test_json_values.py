@@ -4,6 +4,7 @@ import datetime
 import enum
 import json
 import random
+import time
 import uuid
 from typing import Annotated, Literal
 
@@ -74,7 +75,7 @@ HAND_WRITTEN = {
     "map with a minimum of entries": {
         "type": "object",
         "additionalProperties": {"type": "string", "format": "email"},
-        "minProperties": 2,
+        "minProperties": 12,
     },
     "unique items from an enum": {
         "type": "array",
@@ -190,3 +191,25 @@ def test_optional_properties_appear_some_of_the_time():
 
     assert "email" not in schema["required"]
     assert 5 < sum(email is not None for email in emails) < 35
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {
+            "type": "array",
+            "minItems": 10**9,
+            "items": {"type": "array", "minItems": 10**9, "items": {"minLength": 10**9}},
+        },
+        {"type": "object", "additionalProperties": {"type": "string"}, "minProperties": 10**9},
+        {"type": "string", "pattern": "^((a{1000}){1000}){1000}$"},
+    ],
+    ids=["arrays of a billion arrays", "a billion entries", "a pattern a billion long"],
+)
+def test_a_schema_asking_for_too_much_gets_a_bounded_value_quickly(schema):
+    started = time.process_time()
+
+    value = generate_value(schema, random.Random(1))
+
+    assert len(json.dumps(value)) < 10_000_000
+    assert time.process_time() - started < 5, "bounded work, not a hung provider"

@@ -284,7 +284,9 @@ def test_the_thinking_stays_within_its_budget_and_the_answer_within_max_tokens(p
     ],
 )
 def test_it_refuses_thinking_it_cannot_do(ports, fields, says):
-    answer = anthropic_post(ports, {"model": "fast", "max_tokens": 2000, "messages": HELLO, **fields})
+    answer = anthropic_post(
+        ports, {"model": "fast", "max_tokens": 2000, "messages": HELLO, **fields}
+    )
 
     assert answer.status_code == 400
     error = answer.json()["error"]
