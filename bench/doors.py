@@ -2,16 +2,18 @@
 
 Starts the real stack as bench/gateway_bench.py does (simulator at zero simulated latency,
 gateway under uvicorn with two workers, the reference config's limits a million times larger)
-and sends each door one request first: a door that answers 404 is not on this build and is
-skipped (the report says so), as is one that answers anything but 200. Then wrk drives every
-door, and the simulator alone as the baseline, at 1 and 16 connections, non-streaming; the
-repetitions are interleaved (repetition → connections → target) so a slow spell of this shared
-machine falls on every target alike, and each figure is the median over the repetitions.
+and sends each target one request first: one that answers 404 is not on this build and is
+skipped (the report says so), as is one answering anything but 200. Then wrk drives every
+target at 1 and 16 connections; the repetitions are interleaved (repetition → connections →
+target), so a slow spell of this shared machine falls on every target alike, and each figure
+is the median over the repetitions.
 
-Added latency is a door's p50 at 1 connection minus the p50 of the simulator alone on the
-upstream call the door makes (chat completions for the three generating doors, which the
-config serves from OpenAI-protocol endpoints only on acme/chat-small; embeddings for
-embeddings). Writes bench/results/doors.md and prints it.
+The targets: each door on acme/chat-small (OpenAI-protocol endpoints only, so /v1/messages is
+translated both ways), non-streaming and streaming; /v1/embeddings on the config's embedding
+model; /v1/messages passed through to beta (Anthropic protocol) next to chat completions
+translated to beta; and the simulator alone on each upstream call. Added latency is a door's
+p50 at 1 connection minus the simulator's p50 on the call the door makes upstream. Writes
+bench/results/doors.md and prints it.
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python -m bench.doors
 """
@@ -32,17 +34,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gateway_bench import KEY, roomy_limits, unlimited_market, wrk  # noqa: E402
-from tests.stack import Stack  # noqa: E402
+from tests.stack import PROVIDER_KEYS, Stack  # noqa: E402
 
 CONNECTIONS = (1, 16)
-MODEL = "acme/chat-small"
-SIM_MODEL = "chat-small"  # its upstream model on alpha
+MODEL = "acme/chat-small"  # served by alpha and gamma, both OpenAI protocol
+PASS_THROUGH_MODEL = "acme/chat-large"  # beta serves it as chat-large-fast, Anthropic protocol
 PROMPT = "Benchmark: say something short."
 MESSAGES = [{"role": "user", "content": PROMPT}]
 MAX_TOKENS = 16
 SLOWER_BOUND = 1.15  # issue 16: no door more than 15 % slower than chat at one connection
 BEARER = {"Authorization": f"Bearer {KEY}"}
-ANTHROPIC = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+ANTHROPIC_VERSION = "2023-06-01"
+STREAMING = " (stream)"
+CHAT = "/v1/chat/completions"
+SIM_CHAT = "simulator alone: alpha chat completions"
+SIM_MESSAGES = "simulator alone: beta messages"
+SIM_EMBEDDINGS = "simulator alone: alpha embeddings"
+TO_BETA = " → beta"
 
 
 @dataclass
@@ -51,61 +59,87 @@ class Target:
     path: str
     body: dict
     headers: dict[str, str]
-    baseline: str | None = None  # the simulator-alone target of its upstream call
-    on_simulator: bool = False
+    baseline: str | None = None  # the simulator-alone target of the door's upstream call
+    peer: str | None = None  # the chat-completions target this door is compared with
+    simulator: str | None = None  # the provider port it is sent to; None: the gateway
     skipped: str | None = None  # why it is not measured
     served_by: str | None = None
     runs: dict[int, list[dict]] = field(default_factory=dict)  # connections → wrk figures
 
 
 def targets(embedding_model: str | None) -> list[Target]:
-    embed = {"model": embedding_model, "input": PROMPT}
-    sim_embed = {"model": "embedding-model", "input": PROMPT}
-    return [
+    alpha_key = {"Authorization": f"Bearer {PROVIDER_KEYS['ALPHA_API_KEY']}"}
+    beta_key = {"x-api-key": PROVIDER_KEYS["BETA_API_KEY"], "anthropic-version": ANTHROPIC_VERSION}
+    door_key = {"x-api-key": KEY, "anthropic-version": ANTHROPIC_VERSION}
+    chat = {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS}
+    measured = []
+    for stream in (False, True):
+        suffix = STREAMING if stream else ""
+        streaming = {"stream": True} if stream else {}
+        usage = {"stream_options": {"include_usage": True}} if stream else {}
+        sim, peer = SIM_CHAT + suffix, CHAT + suffix
+        measured += [
+            Target(
+                sim,
+                CHAT,
+                {**chat, "model": "chat-small", **streaming, **usage},
+                alpha_key,
+                simulator="alpha",
+            ),
+            Target(peer, CHAT, {**chat, **streaming, **usage}, BEARER, baseline=sim),
+            Target(
+                "/v1/messages" + suffix,
+                "/v1/messages",
+                {**chat, **streaming},
+                door_key,
+                baseline=sim,
+                peer=peer,
+            ),
+            Target(
+                "/v1/responses" + suffix,
+                "/v1/responses",
+                {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS, **streaming},
+                BEARER,
+                baseline=sim,
+                peer=peer,
+            ),
+        ]
+    only_beta = {"model": PASS_THROUGH_MODEL, "provider": {"only": ["beta"]}}
+    measured += [
         Target(
-            "simulator alone: chat completions",
-            "/v1/chat/completions",
-            {"model": SIM_MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS},
-            {"Authorization": "Bearer sim-alpha"},
-            on_simulator=True,
-        ),
-        Target(
-            "simulator alone: embeddings",
+            SIM_EMBEDDINGS,
             "/v1/embeddings",
-            sim_embed,
-            {"Authorization": "Bearer sim-alpha"},
-            on_simulator=True,
-        ),
-        Target(
-            "/v1/chat/completions",
-            "/v1/chat/completions",
-            {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS},
-            BEARER,
-            baseline="simulator alone: chat completions",
-        ),
-        Target(
-            "/v1/messages",
-            "/v1/messages",
-            {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS},
-            ANTHROPIC,
-            baseline="simulator alone: chat completions",
-        ),
-        Target(
-            "/v1/responses",
-            "/v1/responses",
-            {"model": MODEL, "input": PROMPT, "max_output_tokens": MAX_TOKENS},
-            BEARER,
-            baseline="simulator alone: chat completions",
+            {"model": "embed-small", "input": PROMPT},
+            alpha_key,
+            simulator="alpha",
         ),
         Target(
             "/v1/embeddings",
             "/v1/embeddings",
-            embed,
+            {"model": embedding_model, "input": PROMPT},
             BEARER,
-            baseline="simulator alone: embeddings",
+            baseline=SIM_EMBEDDINGS,
+            peer=CHAT,
             skipped=None if embedding_model else "no embedding model in /v1/models",
         ),
+        Target(
+            SIM_MESSAGES,
+            "/v1/messages",
+            {**chat, "model": "chat-large-fast"},
+            beta_key,
+            simulator="beta",
+        ),
+        Target(CHAT + TO_BETA, CHAT, {**chat, **only_beta}, BEARER, baseline=SIM_MESSAGES),
+        Target(
+            "/v1/messages" + TO_BETA + " (pass-through)",
+            "/v1/messages",
+            {**chat, **only_beta},
+            door_key,
+            baseline=SIM_MESSAGES,
+            peer=CHAT + TO_BETA,
+        ),
     ]
+    return measured
 
 
 def embedding_model_of(stack: Stack) -> str | None:
@@ -119,10 +153,7 @@ def probe(stack: Stack, target: Target) -> None:
     """One request: 404 means the door (or the simulator's endpoint) is not on this build."""
     if target.skipped:
         return
-    url = _url(stack, target)
-    if target.on_simulator and target.path == "/v1/embeddings":
-        target.body["model"] = _simulator_embedding_model(stack)
-    answer = httpx.post(url, json=target.body, headers=target.headers, timeout=30)
+    answer = httpx.post(_url(stack, target), json=target.body, headers=target.headers, timeout=30)
     if answer.status_code == 404:
         target.skipped = f"answers 404 on this build: {_error_message(answer)}"
     elif answer.status_code != 200:
@@ -137,16 +168,8 @@ def _error_message(answer: httpx.Response) -> str:
         return answer.text[:160]
 
 
-def _simulator_embedding_model(stack: Stack) -> str:
-    answer = httpx.get(
-        f"{stack.sim_url('alpha')}/v1/models", headers={"Authorization": "Bearer x"}, timeout=10
-    )
-    ids = [m["id"] for m in answer.json().get("data", [])]
-    return next((i for i in ids if "embed" in i), "embedding-model")
-
-
 def _url(stack: Stack, target: Target) -> str:
-    base = stack.sim_url("alpha") if target.on_simulator else stack.base_url
+    base = stack.sim_url(target.simulator) if target.simulator else stack.base_url
     return base + target.path
 
 
@@ -204,9 +227,11 @@ def _report(measured: list[Target], args: argparse.Namespace) -> str:
         f"`python -m bench.doors --seconds {args.seconds} --repetitions {args.repetitions}`: "
         "wrk against each front door of the gateway (uvicorn, 2 workers; broker and router in "
         "the path, the reference config's limits a million times larger) and against the "
-        "provider simulator alone (latency scale 0, alpha), non-streaming, max tokens "
-        f"{MAX_TOKENS}, model {MODEL}. Repetitions interleaved; each figure is the median of "
-        f"{args.repetitions} runs of {args.seconds} s.",
+        f"provider simulator alone (latency scale 0), max tokens {MAX_TOKENS}, model {MODEL} "
+        f"unless the target says `→ beta` ({PASS_THROUGH_MODEL} with `provider.only: [beta]`). "
+        f"Repetitions interleaved; each figure is the median of {args.repetitions} runs of "
+        f"{args.seconds} s. Added ms: the target's p50 minus the simulator's on the call it "
+        "makes upstream.",
         "",
         "| target | served by | p50 ms, 1 conn | added ms | p99 ms, 1 conn | requests/s, 1 conn "
         "| requests/s, 16 conn | errors |",
@@ -227,18 +252,21 @@ def _report(measured: list[Target], args: argparse.Namespace) -> str:
             f"{_median(t, 1, 'p99_ms'):.2f} | {_median(t, 1, 'rps'):.0f} | "
             f"{_median(t, 16, 'rps'):.0f} | {errors} |"
         )
-    lines += ["", "Each door next to chat completions (door / chat):", ""]
-    chat = by_name["/v1/chat/completions"]
-    doors = [t for t in measured if t.baseline and t is not chat and not t.skipped]
-    if not doors or chat.skipped:
-        lines.append("- no other door answered on this build")
-    for t in doors if not chat.skipped else []:
+    lines += ["", "Each door next to its chat-completions peer (door / chat):", ""]
+    compared = [
+        (t, by_name[t.peer])
+        for t in measured
+        if t.peer and not t.skipped and not by_name[t.peer].skipped
+    ]
+    if not compared:
+        lines.append("- no door but chat completions answered on this build")
+    for t, chat in compared:
         latency = _median(t, 1, "p50_ms") / _median(chat, 1, "p50_ms")
         throughput = _median(t, 16, "rps") / _median(chat, 16, "rps")
         verdict = "within" if latency <= SLOWER_BOUND else "OVER"
         lines.append(
-            f"- {t.name}: p50 at 1 connection ×{latency:.2f} ({verdict} the 15 % bound), "
-            f"requests/s at 16 connections ×{throughput:.2f}"
+            f"- {t.name} next to {chat.name}: p50 at 1 connection ×{latency:.2f} ({verdict} "
+            f"the 15 % bound), requests/s at 16 connections ×{throughput:.2f}"
         )
     skipped = [t for t in measured if t.skipped]
     if skipped:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from quotas.core.specs import RAMP_DEFAULT_FLOOR  # noqa: E402
 from tests.stack import REFERENCE_MARKET, Stack  # noqa: E402
 
 KEY = "sk-sy-test-acme-web-0001"
@@ -112,6 +113,8 @@ def roomy_limits(config: dict) -> None:
         owners += [app for team in tenant.get("teams", []) for app in team.get("apps", [])]
     for owner in owners:
         for limit in owner.get("limits", []):
+            if limit.get("dimension") == "ramp":
+                limit.setdefault("capacity", RAMP_DEFAULT_FLOOR)  # a ramp's capacity: its floor
             if "capacity" in limit:
                 limit["capacity"] *= 1_000_000
             if "factor" in limit:
