@@ -21,6 +21,7 @@ bench/results/doors.md and prints it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -177,6 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "doors.md")
     args = parser.parse_args()
     stack = Stack(
         database_url=os.environ["DATABASE_URL"],
@@ -210,12 +212,20 @@ def main() -> None:
     finally:
         stack.stop()
     report = _report(measured, args)
-    (ROOT / "bench" / "results" / "doors.md").write_text(report)
+    args.output.write_text(report)
     print(report)
 
 
 def _median(target: Target, connections: int, figure: str) -> float:
     return statistics.median(run[figure] for run in target.runs[connections])
+
+
+def _added(target: Target, by_name: dict[str, Target]) -> float:
+    """The target's p50 at 1 connection minus its upstream call's, on the simulator alone."""
+    baseline = by_name[target.baseline] if target.baseline else None
+    if baseline is None or baseline.skipped:
+        return math.nan
+    return _median(target, 1, "p50_ms") - _median(baseline, 1, "p50_ms")
 
 
 def _report(measured: list[Target], args: argparse.Namespace) -> str:
@@ -240,19 +250,19 @@ def _report(measured: list[Target], args: argparse.Namespace) -> str:
     for t in measured:
         if t.skipped:
             continue
-        baseline = by_name.get(t.baseline) if t.baseline else None
-        added = (
-            f"{_median(t, 1, 'p50_ms') - _median(baseline, 1, 'p50_ms'):.2f}"
-            if baseline is not None and not baseline.skipped
-            else "–"
-        )
+        added = f"{_added(t, by_name):.2f}".replace("nan", "–")
         errors = sum(run["errors"] for runs in t.runs.values() for run in runs)
         lines.append(
             f"| {t.name} | {t.served_by or '–'} | {_median(t, 1, 'p50_ms'):.2f} | {added} | "
             f"{_median(t, 1, 'p99_ms'):.2f} | {_median(t, 1, 'rps'):.0f} | "
             f"{_median(t, 16, 'rps'):.0f} | {errors} |"
         )
-    lines += ["", "Each door next to its chat-completions peer (door / chat):", ""]
+    lines += [
+        "",
+        "Each door next to its chat-completions peer (door / chat; the bound is on the added "
+        "latency, which leaves out the upstream call, slower for embeddings):",
+        "",
+    ]
     compared = [
         (t, by_name[t.peer])
         for t in measured
@@ -262,11 +272,12 @@ def _report(measured: list[Target], args: argparse.Namespace) -> str:
         lines.append("- no door but chat completions answered on this build")
     for t, chat in compared:
         latency = _median(t, 1, "p50_ms") / _median(chat, 1, "p50_ms")
+        added = _added(t, by_name) / _added(chat, by_name)
         throughput = _median(t, 16, "rps") / _median(chat, 16, "rps")
-        verdict = "within" if latency <= SLOWER_BOUND else "OVER"
+        verdict = "within" if added <= SLOWER_BOUND else "OVER"
         lines.append(
-            f"- {t.name} next to {chat.name}: p50 at 1 connection ×{latency:.2f} ({verdict} "
-            f"the 15 % bound), requests/s at 16 connections ×{throughput:.2f}"
+            f"- {t.name} next to {chat.name}: added latency ×{added:.2f} ({verdict} the 15 % "
+            f"bound), p50 ×{latency:.2f}, requests/s at 16 connections ×{throughput:.2f}"
         )
     skipped = [t for t in measured if t.skipped]
     if skipped:
