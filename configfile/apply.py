@@ -186,6 +186,7 @@ class _Writer:
                 Model,
                 {"slug": spec.slug},
                 {
+                    "aliases": spec.aliases,
                     "default_output_tokens": spec.default_output_tokens,
                     "default_input_tokens": spec.default_input_tokens,
                     "routing_parameters": spec.routing,

@@ -81,6 +81,7 @@ class EndpointSpec:
 class ModelSpec:
     path: str
     slug: str
+    aliases: list[str]
     default_output_tokens: int
     default_input_tokens: int | None
     routing: dict[str, float]
@@ -203,6 +204,7 @@ def parse_model(s: Section) -> ModelSpec:
     spec = ModelSpec(
         path=s.path,
         slug=s.field("slug", model_slug),
+        aliases=s.field("aliases", list_of(model_slug), []),
         default_output_tokens=s.field("default_output_tokens", positive_int, 400),
         default_input_tokens=s.field("default_input_tokens", positive_int, None),
         routing=s.field("routing", routing_overrides, {}),

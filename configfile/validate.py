@@ -30,6 +30,7 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
     """Record duplicate names and dangling references of ``config`` in ``errors``."""
     _unique(errors, "provider", ((p.path, p.name) for p in config.providers))
     _unique(errors, "model", ((m.path, m.slug) for m in config.models), key="slug")
+    _model_names_unique(errors, config)
     _unique(errors, "workload class", ((w.path, w.name) for w in config.workload_classes))
     _unique(errors, "partner", ((p.path, p.name) for p in config.partners))
     _unique(errors, "tenant", ((t.path, t.name) for t in config.tenants))
@@ -95,6 +96,20 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
                 "(give one of them a distinct 'name')",
             )
         bucket_paths.setdefault(name, limit.path)
+
+
+def _model_names_unique(errors: Errors, config: Config) -> None:
+    """A model id a client sends names one model: no alias repeats a slug or another alias."""
+    owners = {m.slug: m.path for m in config.models if m.slug is not None}
+    for model in config.models:
+        for i, alias in enumerate(model.aliases or ()):
+            if alias in owners:
+                errors.add(
+                    f"{model.path}.aliases[{i}]",
+                    f"'{alias}' is already a name of {owners[alias]}",
+                )
+            else:
+                owners[alias] = model.path
 
 
 def _unique(errors: Errors, what: str, items: Iterable[tuple[str, str]], key: str = "name") -> None:

@@ -86,8 +86,15 @@ async def attempt_send(
     attempt = Attempt(endpoint=endpoint, adapter=adapter, passthrough=passthrough)
     name = endpoint.provider.name
     stream = request.stream
+    embed = request.operation == "embed"
     try:
-        if passthrough:
+        if embed:
+            wire = adapter.build_embeddings_request(
+                request.body,
+                upstream_model=endpoint.upstream_model,
+                api_key=endpoint.provider.api_key,
+            )
+        elif passthrough:
             assert request.native is not None
             wire = adapter.build_native_request(
                 request.native,
@@ -149,9 +156,12 @@ async def attempt_send(
         return attempt
     try:
         data = response.json()
-        attempt.completion = adapter.parse_completion(
-            data, response_id=response_id, model=model, created=created
-        )
+        if embed:
+            attempt.completion = adapter.parse_embeddings(data, model=model)
+        else:
+            attempt.completion = adapter.parse_completion(
+                data, response_id=response_id, model=model, created=created
+            )
         if passthrough:
             attempt.completion.native = data
     except (ValueError, StreamError):

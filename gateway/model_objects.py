@@ -17,21 +17,27 @@ CAPABILITY_PARAMETERS = {
     "tools": ("tools", "tool_choice", "parallel_tool_calls"),
     "response_format": ("response_format", "structured_outputs"),
 }
+# What an endpoint that embeds takes (gateway/doors/embeddings.py), instead of the above.
+EMBEDDINGS_PARAMETERS = ("dimensions", "encoding_format", "user")
 PER_MILLION = Decimal(1_000_000)
 
 
-def model_object(model: ModelEntry) -> dict[str, Any]:
+def model_object(model: ModelEntry, name: str | None = None) -> dict[str, Any]:
+    """The model under ``name``: its slug, or one of its aliases (then ``canonical_slug``, as
+    OpenRouter calls it, says which model the alias stands for)."""
     endpoints = [endpoint_object(e) for e in model.endpoints]
     # The model's figures are those of the endpoint a price sort would pick (OpenRouter shows
     # one price per model), its context the largest any endpoint offers.
     cheapest = min(model.endpoints, key=lambda e: (e.price_input + e.price_output, e.key))
     widest = max(model.endpoints, key=lambda e: e.context_window)
     return {
-        "id": model.slug,
+        "id": name or model.slug,
         "object": "model",
         "created": model.created,
         "owned_by": "switchyard",
-        "name": model.slug,
+        "name": name or model.slug,
+        "canonical_slug": model.slug,
+        "aliases": list(model.aliases),
         "context_length": widest.context_window,
         "pricing": pricing(cheapest),
         "top_provider": {
@@ -71,6 +77,8 @@ def per_token(per_million: float) -> str:
 
 
 def supported_parameters(supports: frozenset[str]) -> list[str]:
+    if "embeddings" in supports:  # it serves /v1/embeddings only
+        return sorted(EMBEDDINGS_PARAMETERS)
     extra = [
         p for capability in sorted(supports) for p in CAPABILITY_PARAMETERS.get(capability, ())
     ]

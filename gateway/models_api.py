@@ -20,10 +20,13 @@ async def models_list(request: HttpRequest) -> HttpResponse:
         principal = principal_identify(snapshot, request, time.time())
     except GatewayError as error:
         return error_response(error)
+    catalogue = snapshot.catalogue
+    # Every name a client may send: each model under its id, then under each of its aliases.
+    names = sorted([*((slug, slug) for slug in catalogue.models), *catalogue.aliases.items()])
     data = [
-        model_object(model)
-        for slug, model in sorted(snapshot.catalogue.models.items())
-        if model.endpoints and principal.may_use(slug)
+        model_object(model, name)
+        for name, slug in names
+        if (model := catalogue.models[slug]).endpoints and principal.may_use(slug)
     ]
     return json_response({"object": "list", "data": data})
 
@@ -33,10 +36,10 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
     try:
         snapshot = await snapshot_current()
         principal = principal_identify(snapshot, request, time.time())
-        model = snapshot.catalogue.models.get(model_id)
-        if model is None or not model.endpoints or not principal.may_use(model_id):
+        model = snapshot.catalogue.model_named(model_id)
+        if model is None or not model.endpoints or not principal.may_use(model.slug):
             # The same answer whether it does not exist or this key may not see it.
             raise UnknownModel(f"The model '{model_id}' does not exist.")
     except GatewayError as error:
         return error_response(error)
-    return json_response(model_object(model))
+    return json_response(model_object(model, model_id))

@@ -20,6 +20,7 @@ import orjson
 
 from gateway import errors, idempotency, jobs
 from gateway.models import Job
+from gateway.openapi_embeddings import EMBEDDINGS, EMBEDDINGS_REQUEST, embeddings_path
 from gateway.openapi_request import (
     CHAT_REQUEST,
     CONTENT_PART,
@@ -146,6 +147,8 @@ MODEL: Schema = {
         "object": {"const": "model"},
         "created": {"type": "integer"},
         "owned_by": STRING,
+        "canonical_slug": {**STRING, "description": "The model an alias stands for."},
+        "aliases": {"type": "array", "items": STRING, "description": "Other ids it answers to."},
     },
 }
 GENERATION: Schema = {
@@ -256,6 +259,10 @@ def _document() -> Schema:
                     },
                 }
             },
+            "/v1/embeddings": embeddings_path(
+                _errors(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504),
+                [_header(name) for name in ("IdempotencyKey", "Prefer", "Workload")],
+            ),
             "/v1/models": {
                 "get": {
                     "operationId": "modelsList",
@@ -369,6 +376,8 @@ def _document() -> Schema:
                 "ProviderPreferences": PROVIDER_PREFERENCES,
                 "Percentiles": PERCENTILES,
                 "ChatCompletion": COMPLETION,
+                "EmbeddingsRequest": EMBEDDINGS_REQUEST,
+                "Embeddings": EMBEDDINGS,
                 "Job": JOB,
                 "Model": MODEL,
                 "Generation": GENERATION,

@@ -246,15 +246,17 @@ def _model(
         ("model", body["model"]),
         *(("models", m) for m in body.get("models") or ()),
     ]:
-        slug, _ = model_suffix_split(requested)
-        model = snapshot.catalogue.models.get(slug)
+        name, _ = model_suffix_split(requested)
+        model = snapshot.catalogue.model_named(name)  # its slug, or an alias (issue 16 item 5)
         if model is None or not model.endpoints:
             # An unknown name stays out of the labels: clients could mint any number of them.
             raise UnknownModel(f"The model '{requested}' does not exist.", param=param)
         if call is not None and found is None:
             call.model = model
-        if not principal.may_use(slug):
-            raise PermissionDenied(f"This API key may not use the model '{slug}'.", param=param)
+        if not principal.may_use(model.slug):
+            raise PermissionDenied(
+                f"This API key may not use the model '{model.slug}'.", param=param
+            )
         found = found or model
     assert found is not None
     return found
@@ -296,14 +298,15 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
         if call.conversation is not None and later_turn
         else None
     )
+    catalogue = snapshot.catalogue
     plan = live.plan(
         RoutingRequest(
-            model=request.model,
+            model=catalogue.routing_name(request.model),
             input_tokens=float(request.estimate.input_tokens),
             max_tokens=request.estimate.max_output,
             features=request.features,
             provider=request.preferences,
-            models=request.models,
+            models=tuple(catalogue.routing_name(m) for m in request.models),
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
         )

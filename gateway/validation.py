@@ -245,6 +245,17 @@ _CHAT_COMPLETION = ChatCompletionSerializer()
 
 def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
     """The validated request body (the original dict, unknown fields kept), or InvalidRequest."""
+    body = json_object_parse(raw, max_bytes=max_bytes)
+    try:
+        _CHAT_COMPLETION.run_validation(body)
+    except serializers.ValidationError as exc:
+        param, message = _first_error(exc.detail)
+        raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
+    return body
+
+
+def json_object_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
+    """A body that is one JSON object within the size and depth bounds, or InvalidRequest."""
     if len(raw) > max_bytes:
         raise BodyTooLarge(f"Request body is larger than the limit of {max_bytes} bytes.")
     if not raw:
@@ -264,11 +275,6 @@ def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
                 param=name,
                 code="invalid_value",
             )
-    try:
-        _CHAT_COMPLETION.run_validation(body)
-    except serializers.ValidationError as exc:
-        param, message = _first_error(exc.detail)
-        raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
     return body
 
 

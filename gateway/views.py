@@ -8,6 +8,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from gateway import models_api, openapi, pipeline
 from gateway.doors.chat import CHAT
+from gateway.doors.embeddings import EMBEDDINGS_DOOR
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
 
@@ -16,6 +17,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     if request.method != "POST":
         return _method_not_allowed("POST")
     return await pipeline.serve(request, CHAT)
+
+
+@csrf_exempt
+async def embeddings(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await pipeline.serve(request, EMBEDDINGS_DOOR)
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:

@@ -119,6 +119,7 @@ class RouteModelAdmin(ConfigModelAdmin):
     ordering = ["slug"]
     list_display = [
         "slug",
+        "alias_list",
         "default_output_tokens",
         "allow_fallbacks",
         "fallback_model",
@@ -135,6 +136,10 @@ class RouteModelAdmin(ConfigModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))
+
+    @admin.display(description="aliases")
+    def alias_list(self, model: Model) -> str:
+        return ", ".join(model.aliases or ())
 
     @admin.display(description="endpoints", ordering="endpoint_count")
     def endpoint_count(self, model: Any) -> int:

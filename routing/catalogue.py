@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from routing.core.catalogue import EndpointConfig, ModelConfig
+from routing.core.overrides import model_suffix_split
 from routing.models import Endpoint, Model, Provider, routing_parameters
 
 
@@ -47,6 +48,7 @@ class EndpointEntry:
 class ModelEntry:
     id: int
     slug: str
+    aliases: tuple[str, ...]  # other ids clients send for it (issue 16 item 5)
     created: int  # epoch seconds the model row was made (/v1/models ``created``)
     default_output_tokens: int
     allow_fallbacks: bool
@@ -60,6 +62,22 @@ class Catalogue:
     models: dict[str, ModelEntry]
     providers: dict[str, ProviderEntry]
     endpoints: dict[str, EndpointEntry]  # by router key
+    aliases: dict[str, str] = field(default_factory=dict)  # alias → the model's slug
+
+    def routing_name(self, requested: str) -> str:
+        """``requested`` as the router knows it: an alias replaced by its model's slug, a
+        ``:floor`` / ``:nitro`` suffix kept."""
+        name, _ = model_suffix_split(requested)
+        slug = self.aliases.get(name) if name not in self.models else None
+        return requested if slug is None else slug + requested[len(name) :]
+
+    def model_named(self, name: str) -> ModelEntry | None:
+        """The model a client means by ``name``: its slug, or one of its aliases."""
+        model = self.models.get(name)
+        if model is None:
+            slug = self.aliases.get(name)
+            model = self.models.get(slug) if slug is not None else None
+        return model
 
 
 def catalogue_build() -> Catalogue:
@@ -104,6 +122,7 @@ def catalogue_build() -> Catalogue:
         models[m.slug] = ModelEntry(
             id=m.pk,
             slug=m.slug,
+            aliases=tuple(m.aliases or ()),
             created=int(m.created_at.timestamp()),
             default_output_tokens=m.default_output_tokens,
             allow_fallbacks=m.allow_fallbacks,
@@ -121,6 +140,13 @@ def catalogue_build() -> Catalogue:
         models=models,
         providers={p.name: p for p in providers.values()},
         endpoints={e.key: e for served in endpoints.values() for e in served},
+        # A model's own id wins over another's alias, should an admin have made them collide.
+        aliases={
+            alias: model.slug
+            for model in models.values()
+            for alias in model.aliases
+            if alias not in models
+        },
     )
 
 

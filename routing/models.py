@@ -101,10 +101,18 @@ class Model(ConfigRules, models.Model):
             '{"band": 0.2, "time_value": 0.8}. Unknown names are refused.'
         ),
     )
+    # Issue 16 item 5: other names clients send for it (a coding agent's built-in
+    # ``claude-sonnet-4-5``); each is unique among every model's slug and aliases.
+    aliases = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Other model ids clients may send for this model, e.g. ["claude-sonnet-4-5"].',
+    )
     is_active = models.BooleanField(default=True)
 
     config_rules = {
         "slug": model_slug,
+        "aliases": list_of(model_slug),
         "default_output_tokens": positive_int,
         "default_input_tokens": positive_int,
         "routing_parameters": routing_overrides,
@@ -124,8 +132,26 @@ class Model(ConfigRules, models.Model):
             errors["routing_parameters"] = str(exc)
         if self.fallback_model_id is not None and self.fallback_model_id == self.pk:
             errors["fallback_model"] = "must name another model"
+        errors.update(self._name_clashes())
         if errors:
             raise ValidationError(errors)
+
+    def _name_clashes(self) -> dict[str, str]:
+        """A name of this model (its id, an alias) that is taken or repeated, by field."""
+        aliases = self.aliases if isinstance(self.aliases, list) else []
+        if self.slug in aliases:
+            return {"aliases": f"'{self.slug}' is the model's own id"}
+        if len(set(aliases)) < len(aliases):
+            return {"aliases": "names an alias twice"}
+        # The slug's own uniqueness is the database's to report; its use as an alias is not.
+        for slug, theirs in Model.objects.exclude(pk=self.pk).values_list("slug", "aliases"):
+            theirs = theirs or []
+            if self.slug in theirs:
+                return {"slug": f"'{self.slug}' is an alias of the model '{slug}'"}
+            for alias in aliases:
+                if alias == slug or alias in theirs:
+                    return {"aliases": f"'{alias}' is already a name of the model '{slug}'"}
+        return {}
 
 
 class Endpoint(ConfigRules, models.Model):
@@ -141,7 +167,9 @@ class Endpoint(ConfigRules, models.Model):
     context_window = models.PositiveIntegerField()
     max_output = models.PositiveIntegerField()
     supports = models.JSONField(
-        default=list, blank=True, help_text="Capabilities: tools, response_format, stream."
+        default=list,
+        blank=True,
+        help_text="Capabilities: tools, response_format, stream, embeddings (serves only those).",
     )
     quality_flagged = models.BooleanField(
         default=False,

@@ -7,7 +7,8 @@ from common.reader import Invalid
 from routing.core.parameters import RoutingParameters
 
 # What an endpoint may declare it supports (``supports``); a request needing one goes only there.
-CAPABILITIES = ("tools", "response_format", "stream")
+# ``embeddings``: it serves ``/v1/embeddings`` (and only that).
+CAPABILITIES = ("tools", "response_format", "stream", "embeddings")
 
 
 def routing_overrides(value: object) -> dict[str, float]:

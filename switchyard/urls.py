@@ -6,6 +6,7 @@ from ops.scrape import metrics_view
 
 urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
+    path("v1/embeddings", views.embeddings, name="embeddings"),
     path("v1/models", views.models_list, name="models-list"),
     path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),

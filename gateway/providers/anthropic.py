@@ -37,6 +37,7 @@ from gateway.providers.base import (
     LimitObservation,
     Outcome,
     RateLimitInfo,
+    RequestNotSupported,
     StreamError,
     UpstreamRequest,
 )
@@ -207,6 +208,14 @@ class AnthropicAdapter:
         if usage is not None:
             body["usage"] = usage.as_openai()
         return Completion(body=body, usage=usage, finish_reason=finish)
+
+    def build_embeddings_request(
+        self, body: JSON, *, upstream_model: str, api_key: str
+    ) -> UpstreamRequest:
+        raise RequestNotSupported("Anthropic's API has no embeddings.")
+
+    def parse_embeddings(self, data: JSON, *, model: str) -> Completion:
+        raise RequestNotSupported("Anthropic's API has no embeddings.")
 
     def stream_translator(
         self, *, response_id: str, model: str, created: int

@@ -56,7 +56,7 @@ class UpstreamRequest:
 class Completion:
     """A whole (non-streaming) answer in canonical form."""
 
-    body: JSON  # an OpenAI chat.completion object
+    body: JSON  # an OpenAI chat.completion object (embed: OpenAI's embeddings list)
     usage: Usage | None  # None when the provider reported none: keep the estimate, don't zero it
     finish_reason: str
     # The provider's own body, kept when it spoke the door's protocol (pass-through).
@@ -174,6 +174,18 @@ class Adapter(Protocol):
     def stream_translator(
         self, *, response_id: str, model: str, created: int
     ) -> StreamTranslator: ...
+
+    def build_embeddings_request(
+        self, body: JSON, *, upstream_model: str, api_key: str
+    ) -> UpstreamRequest:
+        """The wire request for an OpenAI embeddings body (the ``embed`` operation); raises
+        ``RequestNotSupported`` when the protocol has no embeddings."""
+        ...
+
+    def parse_embeddings(self, data: JSON, *, model: str) -> Completion:
+        """A provider's embeddings answer as OpenAI's embeddings ``list`` named ``model``, with
+        input-only usage; raises ``StreamError`` when a 2xx body is an error or is malformed."""
+        ...
 
     def rate_limits(self, headers: Mapping[str, str], *, now: float) -> RateLimitInfo:
         """Canonical observations from the provider's rate-limit headers (``now``: epoch s)."""

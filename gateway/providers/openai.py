@@ -233,6 +233,36 @@ class OpenAIAdapter:
         usage = usage_from_openai(data.get("usage"))
         return Completion(body=body, usage=usage, finish_reason=finish)
 
+    def build_embeddings_request(
+        self, body: JSON, *, upstream_model: str, api_key: str
+    ) -> UpstreamRequest:
+        """``POST /embeddings``: the body as it came, minus gateway fields, naming the upstream
+        model (``encoding_format`` passes through: base64 is the provider's to encode)."""
+        wire = {key: value for key, value in body.items() if key not in GATEWAY_ONLY_FIELDS}
+        wire["model"] = upstream_model
+        headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        return UpstreamRequest(path="/embeddings", headers=headers, json=wire)
+
+    def parse_embeddings(self, data: JSON, *, model: str) -> Completion:
+        if not isinstance(data, dict):
+            raise StreamError(malformed("response"))
+        if data.get("error"):
+            raise StreamError(_stream_error(data["error"]))
+        items = data.get("data")
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and isinstance(item.get("embedding"), list | str)
+            for item in items
+        ):
+            raise StreamError(malformed("response"))
+        usage = usage_from_openai(data.get("usage"))
+        body: JSON = {"object": "list", "data": items, "model": model}
+        if usage is not None:
+            body["usage"] = {
+                "prompt_tokens": usage.input_tokens,
+                "total_tokens": usage.input_tokens,
+            }
+        return Completion(body=body, usage=usage, finish_reason="stop")
+
     def stream_translator(
         self, *, response_id: str, model: str, created: int
     ) -> OpenAIStreamTranslator:

@@ -3,7 +3,8 @@
 Refusal reasons (for the G15 explanation): not_in_only, ignored, context_window (the estimated
 input does not fit), max_output (below the request's max_tokens), max_price,
 unsupported:<features> (require_parameters), no_tools / no_response_format (the feature asked
-and other endpoints declare it), plus inactive from the table.
+and other endpoints declare it), no_embeddings / embeddings_only (an endpoint that embeds serves
+embeddings and nothing else), plus inactive from the table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from routing.core.table import ModelTable
 
 # Features a request needs the endpoint to honour, not merely accept (see ``candidates``).
 PREFERRED_FEATURES = ("tools", "response_format")
+# Not a feature but an operation: vectors, not text. Strict both ways, whatever the preferences.
+EMBEDDINGS = "embeddings"
 
 
 def candidates(
@@ -36,13 +39,17 @@ def candidates(
         and tokens_in <= table.min_context
         and (max_tokens is None or max_tokens <= table.min_max_output)
         and features <= table.all_supports
+        and (EMBEDDINGS in features or EMBEDDINGS not in table.any_supports)
     ):
         return list(range(len(table.endpoints)))
+    embeds = EMBEDDINGS in features
     only, ignore = prefs.only, prefs.ignore
     cand = []
     for i, e in enumerate(table.endpoints):
         reason = ""
-        if only is not None and e.provider not in only and e.id not in only:
+        if embeds != (EMBEDDINGS in e.supports):
+            reason = "no_embeddings" if embeds else "embeddings_only"
+        elif only is not None and e.provider not in only and e.id not in only:
             reason = "not_in_only"
         elif e.provider in ignore or e.id in ignore:
             reason = "ignored"

@@ -160,7 +160,8 @@ def _model_part(
     )
     if request.max_tokens is not None and tokens_out > request.max_tokens:
         tokens_out = float(request.max_tokens)
-    tokens_out = max(tokens_out, 1.0)  # an answer has at least one token; keeps speeds finite
+    # An answer has at least one token, except embeddings' (max_tokens 0): no output terms.
+    tokens_out = 0.0 if request.max_tokens == 0 else max(tokens_out, 1.0)
     part.input_tokens, part.output_tokens = tokens_in, tokens_out
     part.refused.extend(table.refused)
     prefs = request.provider

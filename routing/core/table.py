@@ -38,6 +38,7 @@ class ModelTable:
 
     __slots__ = (
         "all_supports",
+        "any_supports",
         "breaker_closed_at",
         "breaker_trips",
         "built_at",
@@ -83,6 +84,7 @@ class ModelTable:
         self.all_supports: frozenset[str] = (
             frozenset.intersection(*supports) if supports else frozenset()
         )
+        self.any_supports: frozenset[str] = frozenset().union(*supports)
         self.estimates: list[EndpointEstimate] = []
         self.figures: ModelFigures | None = None
         self.lam = 0.0

@@ -99,7 +99,7 @@ class ProviderBehaviour:
             return self._reject(
                 now, request.model, 400, "context_length_exceeded", request.input_tokens
             )
-        reserved = request.max_tokens or model.spec.max_output_tokens
+        reserved = 0 if request.embedding else request.max_tokens or model.spec.max_output_tokens
         refusal = self.limits.try_admit(now, request.input_tokens, reserved)
         if refusal is not None:
             self.counters.rate_limited[refusal.reason] += 1
@@ -220,7 +220,9 @@ class ProviderBehaviour:
     ) -> Plan:
         rng, spec = self.rng, model.spec
         cached = created = 0
-        if request.conversation is not None and self.prompt_cache_ttl_s is not None:
+        if request.embedding:
+            pass  # embeddings are not prompt-cached
+        elif request.conversation is not None and self.prompt_cache_ttl_s is not None:
             cached = self._conversation_hit(now, request, spec.cache_hit_rate)
         elif request.input_tokens >= MIN_CACHEABLE_TOKENS:
             prefix = _cache_prefix(request.input_tokens, rng.uniform(0.6, 0.95))
@@ -280,6 +282,8 @@ class ProviderBehaviour:
         self, request: CompletionRequest, model: EffectiveModel, cap: int
     ) -> tuple[int, StopReason, str | None, ToolCall | None, str | None]:
         rng = self.rng
+        if request.embedding:
+            return 0, "end", None, None, None
         tool = self._tool_to_call(request, model.spec)
         if tool is not None:
             call = self._tool_call(tool, model.spec)

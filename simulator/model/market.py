@@ -73,6 +73,9 @@ class ModelSpec:
     output_tokens: LengthSpec = LengthSpec(DEFAULT_OUTPUT_MEDIAN, DEFAULT_OUTPUT_P95)
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # used when a request has no max_tokens
     context_window: int = DEFAULT_CONTEXT_WINDOW
+    # An embedding model: the length of its vectors (``dimensions`` may ask for fewer). It
+    # answers ``/v1/embeddings`` only; a chat model answers everything else.
+    embedding_dimensions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ _THROUGHPUT_FIELDS = frozenset({"median", "p05"})
 _MODEL_FIELDS = frozenset(
     {"ttft_ms", "tokens_per_s", "output_tokens", "max_output_tokens", "context_window"}
     | {"error_rate", "overload_rate", "cache_hit_rate", "malformed_tool_call_rate"}
-    | {"tool_call_rate"}
+    | {"tool_call_rate", "embedding_dimensions"}
 )
 _LIMIT_FIELDS = frozenset(
     {"requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute"}
@@ -200,6 +203,8 @@ def parse_model(name: str, node: Node) -> ModelSpec:
         extra["max_output_tokens"] = node.get("max_output_tokens").integer(minimum=1)
     if node.has("context_window"):
         extra["context_window"] = node.get("context_window").integer(minimum=1)
+    if node.has("embedding_dimensions"):
+        extra["embedding_dimensions"] = node.get("embedding_dimensions").integer(minimum=1)
     return replace(spec, **extra)
 
 

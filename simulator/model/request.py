@@ -35,6 +35,8 @@ class CompletionRequest:
     ``response_format``, Anthropic ``output_format``); None: the answer is prose.
     ``thinking_budget`` asks for extended thinking (Anthropic ``thinking``) of at most that many
     tokens before the answer, counted in the output; None: no thinking.
+    ``embedding`` says it asks for vectors, not text: no output tokens are reserved or produced,
+    and the answer takes the model's TTFT.
     """
 
     model: str
@@ -49,3 +51,4 @@ class CompletionRequest:
     output_tokens: int | None = None
     response_schema: Mapping[str, Any] | None = None
     thinking_budget: int | None = None
+    embedding: bool = False

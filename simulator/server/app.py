@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from simulator.model import MarketError, Plan, ProviderBehaviour, Rejection
+from simulator.model import CompletionRequest, MarketError, Plan, ProviderBehaviour, Rejection
 from simulator.model._reader import Node
 from simulator.model.market import parse_incident
 from simulator.server.anthropic_wire import AnthropicWire
@@ -30,12 +30,18 @@ from simulator.server.common import (
     WireStream,
     make_content,
 )
+from simulator.server.embeddings import (
+    EmbeddingsRequest,
+    embeddings_body,
+    embeddings_parse,
+)
 from simulator.server.http import Exchange
 from simulator.server.openai_wire import OpenAIWire
 
 TOKENS_PER_EVENT = 3  # tokens per SSE delta event: real providers send 1–4
 MIN_WRITE_INTERVAL = 0.02  # seconds between stream writes: high tps must not mean one write a token
 MAX_CALLERS = 100_000  # distinct callers counted by GET /_calls; later ones are not
+EMBEDDINGS_PATH = "/v1/embeddings"  # OpenAI wire only: Anthropic has no embeddings API
 
 
 @dataclass
@@ -84,6 +90,10 @@ class ProviderApp:
             if method != "POST":
                 return self._send(exchange, self._method_not_allowed())
             return self._completion(exchange)
+        if path == EMBEDDINGS_PATH and isinstance(self.wire, OpenAIWire):
+            if method != "POST":
+                return self._send(exchange, self._method_not_allowed())
+            return self._embeddings(exchange)
         if path == "/v1/models" and method == "GET":
             return exchange.respond(200, self.wire.request_headers(0.0), self.wire.models())
         if path.startswith("/v1/models/") and method == "GET":
@@ -145,18 +155,10 @@ class ProviderApp:
         except BadRequest as error:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
-        if parsed.caller is not None and (
-            parsed.caller in self._calls or len(self._calls) < MAX_CALLERS
-        ):
-            self._calls[parsed.caller] += 1
-        if now < self._retry_after_until:
-            self._ignoring_retry_after += 1
+        self._count_call(parsed.caller, now)
         outcome = self.behaviour.admit(now, parsed.request)
         if isinstance(outcome, Rejection):
-            if outcome.retry_after_header is not None:
-                self._retry_after_until = max(
-                    self._retry_after_until, now + outcome.retry_after_header
-                )
+            self._note_retry_after(outcome, now)
             return self._send(exchange, wire.rejection(outcome, parsed.request.model, now))
         plan = outcome
         headers = wire.limit_headers(plan.limits, now)
@@ -170,14 +172,39 @@ class ProviderApp:
         else:
             self._answer_later(exchange, plan, content, headers, now)
 
+    def _count_call(self, caller: str | None, now: float) -> None:
+        if caller is not None and (caller in self._calls or len(self._calls) < MAX_CALLERS):
+            self._calls[caller] += 1
+        if now < self._retry_after_until:
+            self._ignoring_retry_after += 1
+
+    def _note_retry_after(self, rejection: Rejection, now: float) -> None:
+        if rejection.retry_after_header is not None:
+            self._retry_after_until = max(
+                self._retry_after_until, now + rejection.retry_after_header
+            )
+
     def _answer_later(
         self, exchange: Exchange, plan: Plan, content: Content, headers: Headers, now: float
     ) -> None:
+        self._respond_later(
+            exchange, plan, headers, now, lambda at: self.wire.completion(plan, content, at)
+        )
+
+    def _respond_later(
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        headers: Headers,
+        now: float,
+        body: Callable[[float], bytes],
+    ) -> None:
+        """Answer ``body(now)`` once the plan's time has passed (or when it fails)."""
         delay = plan.duration_s * self.latency_scale
         if delay <= 0:
-            return self._answer(exchange, plan, content, headers)
+            return self._answer(exchange, plan, headers, body)
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(delay, self._answer, exchange, plan, content, headers)
+        timer = loop.call_later(delay, self._answer, exchange, plan, headers, body)
 
         def hung_up() -> None:
             timer.cancel()
@@ -188,13 +215,15 @@ class ProviderApp:
 
         exchange.on_disconnect = hung_up
 
-    def _answer(self, exchange: Exchange, plan: Plan, content: Content, headers: Headers) -> None:
+    def _answer(
+        self, exchange: Exchange, plan: Plan, headers: Headers, body: Callable[[float], bytes]
+    ) -> None:
         now = self.clock()
         self.behaviour.finish(now, plan, plan.tokens_to_send)
         if plan.failure is not None:
             return self._send(exchange, self.wire.failure(plan.failure.status, headers))
         headers = headers + self.wire.request_headers(now - plan.admitted_at)
-        exchange.respond(200, headers, self.wire.completion(plan, content, now))
+        exchange.respond(200, headers, body(now))
 
     def _stream(
         self,
@@ -255,6 +284,57 @@ class ProviderApp:
         if plan.failure is not None:
             return self.wire.failure_event(plan.failure.status)
         return stream.tail()
+
+    # -- embeddings --------------------------------------------------------------------------
+
+    def _embeddings(self, exchange: Exchange) -> None:
+        """Admitted like a completion (requests, input tokens, concurrency; no output tokens),
+        answered after the model's TTFT."""
+        now = self.clock()
+        wire, request, counters = self.wire, exchange.request, self.behaviour.counters
+        assert isinstance(wire, OpenAIWire)
+        refused = wire.authenticate(request.headers)
+        if refused is not None:
+            counters.record_refused(refused.status, None)
+            return self._send(exchange, refused)
+        try:
+            parsed = embeddings_parse(request.body)
+            dimensions = self._embedding_dimensions(parsed)
+        except BadRequest as error:
+            counters.record_refused(error.status, None)
+            return self._send(exchange, wire.bad_request(error))
+        self._count_call(parsed.caller, now)
+        completion = CompletionRequest(parsed.model, parsed.input_tokens, embedding=True)
+        outcome = self.behaviour.admit(now, completion)
+        if isinstance(outcome, Rejection):
+            self._note_retry_after(outcome, now)
+            return self._send(exchange, wire.rejection(outcome, parsed.model, now))
+        headers = wire.limit_headers(outcome.limits, now)
+        if outcome.fails_at_once:
+            assert outcome.failure is not None
+            self.behaviour.finish(now, outcome, 0)
+            return self._send(exchange, wire.failure(outcome.failure.status, headers))
+        self._respond_later(
+            exchange, outcome, headers, now, lambda _: embeddings_body(parsed, dimensions)
+        )
+
+    def _embedding_dimensions(self, parsed: EmbeddingsRequest) -> int:
+        """The vectors' length; a chat model, or more dimensions than the model has, is a 400
+        (an unknown model is the behaviour's 404)."""
+        spec = self.spec.models.get(parsed.model)
+        if spec is None:
+            return 1
+        native = spec.embedding_dimensions
+        if native is None:
+            raise BadRequest(
+                f"The model `{parsed.model}` does not support embeddings.", param="model"
+            )
+        if parsed.dimensions is not None and parsed.dimensions > native:
+            raise BadRequest(
+                f"This model does not support specifying dimensions above {native}.",
+                param="dimensions",
+            )
+        return native
 
     # -- control endpoints -------------------------------------------------------------------
 

@@ -56,8 +56,8 @@ def test_it_loads_the_reference_file(reference_path: Path, redis_prefix: str) ->
     assert counts == {
         "workload class": 4,
         "provider": 3,
-        "model": 2,
-        "endpoint": 5,
+        "model": 3,
+        "endpoint": 6,
         "partner": 1,
         "tenant": 2,
         "team": 2,

@@ -118,7 +118,7 @@ def test_it_leaves_sections_the_file_does_not_contain(
 
     config_load(write(tmp_path, data), env=ENV, prune=True)
 
-    assert Provider.objects.count() == 3 and Endpoint.objects.count() == 5
+    assert Provider.objects.count() == 3 and Endpoint.objects.count() == 6
     assert Partner.objects.filter(name="resellerco").exists()
     assert Bucket.objects.filter(name="partner:resellerco:concurrency").exists()
     assert WorkloadClass.objects.count() == 4

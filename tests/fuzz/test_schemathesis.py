@@ -29,7 +29,14 @@ pytestmark = pytest.mark.e2e
 
 # Interactive (acme/search/web) and deferrable (acme/search/indexer: background) callers.
 KEYS = ("sk-sy-test-acme-web-0001", "sk-sy-test-acme-indexer-0001")
-MODELS = ["acme/chat-small", "acme/chat-large", "acme/no-such-model"]
+# An embedding model and an alias too: each door is also sent the other's models.
+MODELS = [
+    "acme/chat-small",
+    "acme/chat-large",
+    "acme/embed-small",
+    "claude-sonnet-4-5",
+    "acme/no-such-model",
+]
 # Examples drawn per operation and mode (positive: valid under the contract; negative: each
 # breaks it somewhere). A chat body takes ~20–30 ms to draw from the trimmed schema.
 EXAMPLES = {

@@ -55,3 +55,9 @@ def test_a_new_model_is_created_now(personas: Personas) -> None:
     before = datetime.now(UTC).timestamp()
     model = Model.objects.create(slug="acme/fresh")
     assert before - 1 <= model.created_at.timestamp() <= datetime.now(UTC).timestamp()
+
+
+def test_an_embedding_model_lists_the_embeddings_parameters(personas: Personas) -> None:
+    embed = model_object(snapshot_build(1).catalogue.models["acme/embed-small"])
+    assert embed["supported_parameters"] == ["dimensions", "encoding_format", "user"]
+    assert embed["endpoints"][0]["supported_parameters"] == embed["supported_parameters"]

@@ -291,3 +291,13 @@ def test_it_imports_no_django_asyncio_or_io_frameworks():
     )
 
     assert result.stdout.strip() == "[]"
+
+
+def test_an_embedding_request_reserves_and_produces_no_output_and_is_never_cached():
+    b = behaviour(provider(limits=LimitsSpec(output_tokens_per_minute=1)))
+    plan = b.admit(0.0, request(input_tokens=5000, embedding=True))
+    assert isinstance(plan, Plan)
+    assert plan.reserved_output_tokens == plan.output_tokens == plan.cached_input_tokens == 0
+    assert plan.tool_call is None and plan.duration_s == plan.ttft_s
+    b.finish(plan.duration_s, plan, 0)
+    assert b.stats()["output_tokens"] == 0
