@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from quotas.core.specs import RAMP_DEFAULT_FLOOR  # noqa: E402
 from tests.stack import REFERENCE_MARKET, Stack  # noqa: E402
 
 KEY = "sk-sy-test-acme-web-0001"
@@ -34,13 +35,22 @@ WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = [[{body}]]
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer {key}"
 """
 
 
-def wrk(url: str, body: dict, key: str, connections: int, seconds: int) -> dict[str, float]:
+def wrk(
+    url: str,
+    body: dict,
+    key: str,
+    connections: int,
+    seconds: int,
+    headers: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """wrk's figures for ``body`` POSTed to ``url``; ``headers`` replace the bearer ``key``."""
+    headers = headers if headers is not None else {"Authorization": f"Bearer {key}"}
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT.format(body=json.dumps(body), key=key))
+        script.write(WRK_SCRIPT.format(body=json.dumps(body)))
+        script.writelines(f'wrk.headers["{name}"] = "{value}"\n' for name, value in headers.items())
     threads = 1 if connections == 1 else 2
     out = subprocess.run(
         [
@@ -81,7 +91,7 @@ def _errors(out: str) -> int:
     return errors
 
 
-def _unlimited_market() -> Path:
+def unlimited_market() -> Path:
     """The reference market without enforced limits: this measures overhead, not 429s."""
     market = yaml.safe_load(REFERENCE_MARKET.read_text())
     for provider in market["providers"]:
@@ -94,7 +104,7 @@ def _unlimited_market() -> Path:
     return path
 
 
-def _roomy_limits(config: dict) -> None:
+def roomy_limits(config: dict) -> None:
     """Every configured limit kept — each request still reserves and reconciles in all of its
     buckets — but a million times larger, so the benchmark measures cost, not refusals."""
     owners = [*config.get("providers", []), *config.get("partners", [])]
@@ -103,6 +113,8 @@ def _roomy_limits(config: dict) -> None:
         owners += [app for team in tenant.get("teams", []) for app in team.get("apps", [])]
     for owner in owners:
         for limit in owner.get("limits", []):
+            if limit.get("dimension") == "ramp":
+                limit.setdefault("capacity", RAMP_DEFAULT_FLOOR)  # a ramp's capacity: its floor
             if "capacity" in limit:
                 limit["capacity"] *= 1_000_000
             if "factor" in limit:
@@ -116,11 +128,11 @@ def main() -> None:
     stack = Stack(
         database_url=os.environ["DATABASE_URL"],
         redis_url=os.environ["REDIS_URL"],
-        market=_unlimited_market(),
+        market=unlimited_market(),
         latency_scale=0.0,
         gateway_workers=2,
         celery=False,
-        config_edit=_roomy_limits,
+        config_edit=roomy_limits,
     ).start()
     rows = []
     try:

@@ -18,7 +18,8 @@ One provider
     ``behaviour = ProviderBehaviour(spec, random.Random(seed), started_at=now0)``
 
     ``behaviour.admit(now, CompletionRequest(model, input_tokens, max_tokens=None, tools=(),
-    tool_choice="auto", stop_sequences=(), cache_control=False)) -> Plan | Rejection``
+    tool_choice="auto", stop_sequences=(), cache_control=False, response_schema=None,
+    thinking_budget=None)) -> Plan | Rejection``
 
     - ``Rejection``: ``status`` 429 (limits), 404 (unknown model) or 400 (prompt longer than the
       context window); ``reason`` (``requests_per_minute``, ``input_tokens_per_minute``,
@@ -29,7 +30,8 @@ One provider
       ``limits``. Nothing was debited; do not call ``finish``.
     - ``Plan``: admitted and debited. ``ttft_s``, ``tokens_per_s``, ``output_tokens``,
       ``stop_reason`` (``end`` / ``max_tokens`` / ``tool_use`` / ``stop_sequence``),
-      ``tool_call`` (name, ``arguments_json``, ``malformed``), ``input_tokens``,
+      ``tool_call`` (name, ``arguments_json``, ``malformed``), ``answer_json`` (a structured
+      answer), ``thinking_tokens`` (the first of ``output_tokens``), ``input_tokens``,
       ``cached_input_tokens``, ``cache_creation_input_tokens``, ``reserved_output_tokens``,
       ``failure`` (None, or ``status`` 500 / 503 / 529 with ``after_tokens``: 0 = fails at once),
       ``limits``. Derived: ``status``, ``tokens_to_send``, ``duration_s``,
@@ -60,6 +62,11 @@ Rules
     name, or ``auto`` with probability ``tool_call_rate``) costs its arguments' tokens + name + 5;
     otherwise a draw from the model's ``output_tokens`` lognormal (at least 1). Either is capped
     at ``max_tokens`` (or ``max_output_tokens``); hitting the cap stops with ``max_tokens``.
+    A tool call's arguments are valid against the tool's schema (unless drawn malformed), and
+    without a tool call a ``response_schema`` makes the answer JSON valid against it, as long
+    as its tokens (cut off at the cap); see ``jsonvalues`` for the schema subset.
+    Thinking (``thinking_budget``): a draw of the output length, at most the budget and one
+    token less than the cap, spent before the answer and counted in its output tokens.
     Caching: prompts of at least 1024 tokens hit with probability ``cache_hit_rate``; the hit
     covers 60–95 % of the prompt in 128-token blocks (at least 1024).
     Conversation-aware caching (``ProviderBehaviour(..., prompt_cache_ttl_s=300)``, used by the

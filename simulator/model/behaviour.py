@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from simulator.model.counters import CLIENT_CLOSED, ProviderCounters
 from simulator.model.distributions import LogNormal
+from simulator.model.jsonvalues import generate_value
 from simulator.model.limits import LimitStatus, ProviderLimits, RejectionReason
 from simulator.model.market import IncidentSpec, ModelSpec, ProviderSpec
 from simulator.model.outcomes import Failure, Plan, Rejection, StopReason, ToolCall
@@ -231,7 +232,11 @@ class ProviderBehaviour:
                 created = prefix
         ttft = model.ttft_s.sample(rng)
         tokens_per_s = max(MIN_TOKENS_PER_S, model.tokens_per_s.sample(rng))
-        output, stop, stop_sequence, tool_call = self._output(request, model, reserved)
+        thinking = self._thinking_tokens(request, model, reserved)
+        output, stop, stop_sequence, tool_call, answer_json = self._output(
+            request, model, reserved - thinking
+        )
+        output += thinking
         failure = self._failure(spec, output)
         self._serial += 1
         return Plan(
@@ -250,6 +255,8 @@ class ProviderBehaviour:
             tool_call=tool_call,
             failure=failure,
             limits=self.limits.status(now),
+            answer_json=answer_json,
+            thinking_tokens=thinking,
         )
 
     def _conversation_hit(self, now: float, request: CompletionRequest, hit_rate: float) -> int:
@@ -273,29 +280,44 @@ class ProviderBehaviour:
 
     def _output(
         self, request: CompletionRequest, model: EffectiveModel, cap: int
-    ) -> tuple[int, StopReason, str | None, ToolCall | None]:
+    ) -> tuple[int, StopReason, str | None, ToolCall | None, str | None]:
         rng = self.rng
         if request.embedding:
-            return 0, "end", None, None
+            return 0, "end", None, None, None
         tool = self._tool_to_call(request, model.spec)
         if tool is not None:
             call = self._tool_call(tool, model.spec)
             needed = count_text_tokens(call.arguments_json) + count_text_tokens(call.name)
             needed += TOOL_CALL_OVERHEAD
             if needed <= cap:
-                return needed, "tool_use", None, call
+                return needed, "tool_use", None, call, None
             keep = len(call.arguments_json) * cap // needed
             truncated = ToolCall(call.name, call.arguments_json[:keep], call.malformed)
-            return cap, "max_tokens", None, truncated
+            return cap, "max_tokens", None, truncated, None
+        if request.response_schema is not None:
+            # Constrained decoding: the answer is the JSON, however long the schema makes it.
+            answer = json.dumps(generate_value(request.response_schema, rng), separators=(",", ":"))
+            needed = max(1, count_text_tokens(answer))
+            if needed <= cap:
+                return needed, "end", None, None, answer
+            return cap, "max_tokens", None, None, answer[: len(answer) * cap // needed]
         if request.output_tokens is not None:
             drawn = max(1, request.output_tokens)
         else:
             drawn = max(1, round(model.output_tokens.sample(rng)))
         if drawn >= cap:
-            return cap, "max_tokens", None, None
+            return cap, "max_tokens", None, None, None
         if request.stop_sequences and rng.random() < STOP_SEQUENCE_SHARE:
-            return drawn, "stop_sequence", rng.choice(request.stop_sequences), None
-        return drawn, "end", None, None
+            return drawn, "stop_sequence", rng.choice(request.stop_sequences), None, None
+        return drawn, "end", None, None, None
+
+    def _thinking_tokens(self, request: CompletionRequest, model: EffectiveModel, cap: int) -> int:
+        """Thinking before the answer: a draw of the model's answer length, within the budget,
+        leaving at least one token of the output cap for the answer."""
+        if request.thinking_budget is None or cap < 2:
+            return 0
+        drawn = max(1, round(model.output_tokens.sample(self.rng)))
+        return min(drawn, request.thinking_budget, cap - 1)
 
     def _tool_to_call(self, request: CompletionRequest, spec: ModelSpec) -> ToolSpec | None:
         if not request.tools or request.tool_choice == "none":

@@ -31,6 +31,10 @@ class CompletionRequest:
     ``prompt_cache_ttl_s`` then serves a cache hit only if that conversation's prefix is warm
     there. ``output_tokens`` is the natural length of a text answer when the caller draws it
     (the switchback experiment's traffic model); None draws it from the model's distribution.
+    ``response_schema`` is the JSON schema a text answer must be valid against (OpenAI
+    ``response_format``, Anthropic ``output_format``); None: the answer is prose.
+    ``thinking_budget`` asks for extended thinking (Anthropic ``thinking``) of at most that many
+    tokens before the answer, counted in the output; None: no thinking.
     ``embedding`` says it asks for vectors, not text: no output tokens are reserved or produced,
     and the answer takes the model's TTFT.
     """
@@ -45,4 +49,6 @@ class CompletionRequest:
     follows_tool_result: bool = False
     conversation: str | None = None
     output_tokens: int | None = None
+    response_schema: Mapping[str, Any] | None = None
+    thinking_budget: int | None = None
     embedding: bool = False

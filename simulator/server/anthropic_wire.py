@@ -42,6 +42,7 @@ STOP_REASONS = {
     "stop_sequence": "stop_sequence",
 }
 ORGANIZATION = "org-simulator"
+MIN_THINKING_BUDGET = 1024
 RATE_LIMITS_URL = "https://docs.claude.com/en/api/rate-limits"
 _FAILURES = {500: ("api_error", "Internal server error"), 529: ("overloaded_error", "Overloaded")}
 _ERROR_TYPES = {
@@ -95,6 +96,10 @@ class AnthropicWire:
             if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
                 raise BadRequest(f"messages.{index}.role: Input should be 'user' or 'assistant'")
         tools = _tools(data.get("tools"))
+        tool_choice = _tool_choice(data.get("tool_choice"), tools)
+        thinking_budget = _thinking_budget(data.get("thinking"), max_tokens)
+        if thinking_budget is not None and tool_choice not in ("auto", "none"):
+            raise BadRequest("Thinking may not be enabled when tool_choice forces tool use.")
         texts = [text_of(data.get("system"))] if data.get("system") else []
         texts += [text_of(message.get("content")) for message in messages]
         request = CompletionRequest(
@@ -102,10 +107,12 @@ class AnthropicWire:
             input_tokens=count_prompt_tokens(texts, tools, images=count_images(messages)),
             max_tokens=max_tokens,
             tools=tools,
-            tool_choice=_tool_choice(data.get("tool_choice"), tools),
+            tool_choice=tool_choice,
             stop_sequences=stop_list(data.get("stop_sequences"), "stop_sequences"),
             cache_control=b'"cache_control"' in body,
             follows_tool_result=_has_tool_result(messages[-1]),
+            response_schema=_output_schema(data),
+            thinking_budget=thinking_budget,
         )
         metadata = data.get("metadata")
         caller = caller_of(metadata.get("user_id")) if isinstance(metadata, dict) else None
@@ -120,7 +127,7 @@ class AnthropicWire:
                 "type": "message",
                 "role": "assistant",
                 "model": plan.model,
-                "content": [content_block(plan, content, complete=True)],
+                "content": [*thinking_blocks(content), content_block(plan, content, complete=True)],
                 "stop_reason": STOP_REASONS[plan.stop_reason],
                 "stop_sequence": plan.stop_sequence,
                 "usage": usage(plan, plan.output_tokens),
@@ -247,13 +254,16 @@ class AnthropicWire:
 
 
 class AnthropicStream:
-    """Messages SSE events for one plan."""
+    """Messages SSE events for one plan: the thinking block (when asked for) at index 0, then the
+    answer's block; ``tokens`` closes the thinking block once it reaches the answer's pieces."""
 
     def __init__(self, plan: Plan, content: Content, message_id: str) -> None:
         self.plan = plan
         self.content = content
         self.message_id = message_id
         self.tool = plan.tool_call is not None
+        self.answer_index = 1 if content.thinking else 0
+        self._answering = not content.thinking
 
     def head(self) -> bytes:
         plan = self.plan
@@ -270,25 +280,59 @@ class AnthropicStream:
         return _event("message_start", {"type": "message_start", "message": message})
 
     def first_token(self) -> bytes:
-        block = content_block(self.plan, self.content, complete=False)
+        if self.content.thinking:
+            block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+        else:
+            block = content_block(self.plan, self.content, complete=False)
         start = {"type": "content_block_start", "index": 0, "content_block": block}
         return _event("content_block_start", start) + b'event: ping\ndata: {"type": "ping"}\n\n'
 
     def tokens(self, start: int, end: int, group: int) -> bytes:
         out = []
+        boundary = self.content.thinking
+        if start < boundary:
+            out.append(self._deltas(start, min(end, boundary), group, b"thinking_delta", 0))
+        if end > boundary:
+            if not self._answering:
+                out.append(self._answer_start())
+            kind = b"input_json_delta" if self.tool else b"text_delta"
+            out.append(self._deltas(max(start, boundary), end, group, kind, self.answer_index))
+        return b"".join(out)
+
+    def _deltas(self, start: int, end: int, group: int, kind: bytes, index: int) -> bytes:
+        field = {b"thinking_delta": b"thinking", b"input_json_delta": b"partial_json"}
+        name = field.get(kind, b"text")
+        out = []
         for first in range(start, end, group):
             text = "".join(self.content.pieces[first : min(end, first + group)])
             if not text:
                 continue
-            if self.tool:
-                delta = b'{"type":"input_json_delta","partial_json":%b}' % orjson.dumps(text)
-            else:
-                delta = b'{"type":"text_delta","text":%b}' % orjson.dumps(text)
             out.append(
-                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-                b'"delta":%b}\n\n' % delta
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                b'"delta":{"type":"%b","%b":%b}}\n\n' % (index, kind, name, orjson.dumps(text))
             )
         return b"".join(out)
+
+    def _answer_start(self) -> bytes:
+        """The thinking block's signature and end, and the start of the answer's block."""
+        self._answering = True
+        signature = {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": self.content.signature},
+        }
+        start = {
+            "type": "content_block_start",
+            "index": self.answer_index,
+            "content_block": content_block(self.plan, self.content, complete=False),
+        }
+        return b"".join(
+            (
+                _event("content_block_delta", signature),
+                _event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                _event("content_block_start", start),
+            )
+        )
 
     def tail(self) -> bytes:
         plan = self.plan
@@ -300,13 +344,21 @@ class AnthropicStream:
             },
             "usage": {"output_tokens": plan.output_tokens},
         }
+        stop = {"type": "content_block_stop", "index": self.answer_index}
         return b"".join(
             (
-                _event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                b"" if self._answering else self._answer_start(),
+                _event("content_block_stop", stop),
                 _event("message_delta", delta),
                 _event("message_stop", {"type": "message_stop"}),
             )
         )
+
+
+def thinking_blocks(content: Content) -> list[dict[str, Any]]:
+    if not content.thinking:
+        return []
+    return [{"type": "thinking", "thinking": content.thinking_text, "signature": content.signature}]
 
 
 def content_block(plan: Plan, content: Content, *, complete: bool) -> dict[str, Any]:
@@ -358,6 +410,54 @@ def _tools(value: Any) -> tuple[ToolSpec, ...]:
         description = str(tool.get("description") or "")
         tools.append(ToolSpec(name=tool["name"], parameters=schema, description=description))
     return tuple(tools)
+
+
+def _thinking_budget(value: Any, max_tokens: int) -> int | None:
+    """The thinking budget ``thinking`` asks for; None when thinking is off."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "disabled":
+        return None
+    if kind == "adaptive":  # the model decides how long to think, within the output cap
+        return max_tokens - 1 if max_tokens > 1 else None
+    if kind != "enabled":
+        raise BadRequest(
+            "thinking: Input tag does not match any of the expected tags: 'disabled', 'enabled'"
+        )
+    budget = value.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise BadRequest("thinking.enabled.budget_tokens: Field required")
+    if budget < MIN_THINKING_BUDGET:
+        raise BadRequest(
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to "
+            f"{MIN_THINKING_BUDGET}"
+        )
+    if max_tokens <= budget:
+        raise BadRequest(
+            "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+            "documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+            "#max-tokens-and-context-window-size"
+        )
+    return budget
+
+
+def _output_schema(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema of structured outputs: ``output_config.format`` (GA) or the beta's
+    ``output_format``; None for a prose answer."""
+    config = data.get("output_config")
+    spec = config.get("format") if isinstance(config, dict) else None
+    name = "output_config.format"
+    if spec is None:
+        spec, name = data.get("output_format"), "output_format"
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or spec.get("type") != "json_schema":
+        raise BadRequest(f"{name}.type: Input should be 'json_schema'")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise BadRequest(f"{name}.schema: Field required")
+    return schema
 
 
 def _has_tool_result(message: dict[str, Any]) -> bool:

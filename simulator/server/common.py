@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import math
 import random
@@ -15,6 +16,13 @@ from simulator.model import CompletionRequest, LimitStatus, Plan, generate_piece
 from simulator.model.limits import DimensionStatus
 
 Headers = list[tuple[str, str]]
+SIGNATURE_BYTES = 192  # a thinking block's signature: base64 of this many bytes
+# What ``response_format: {"type": "json_object"}`` is answered with: some JSON object.
+JSON_OBJECT_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
 
 
 @dataclass
@@ -50,14 +58,23 @@ class Parsed:
 @dataclass
 class Content:
     """The output of one plan: ``pieces[i]`` is token ``i`` (text, or a slice of the tool call's
-    arguments; a slice may be empty when the arguments are shorter than the token count)."""
+    arguments or of a structured answer's JSON; a slice may be empty when the text is shorter
+    than the token count). The first ``thinking`` pieces are the thinking, signed by
+    ``signature``; the answer follows."""
 
     pieces: list[str]
     tool_call_id: str | None = None
+    thinking: int = 0
+    signature: str = ""
 
     @property
     def text(self) -> str:
-        return "".join(self.pieces)
+        """The answer: prose, the tool call's arguments or the structured answer's JSON."""
+        return "".join(self.pieces[self.thinking :])
+
+    @property
+    def thinking_text(self) -> str:
+        return "".join(self.pieces[: self.thinking])
 
 
 class WireStream(Protocol):
@@ -104,12 +121,28 @@ def make_id(rng: random.Random, prefix: str, length: int = 24) -> str:
 
 
 def make_content(plan: Plan, rng: random.Random, tool_id_prefix: str) -> Content:
-    call = plan.tool_call
-    if call is None:
-        return Content(generate_pieces(rng, plan.output_tokens))
-    text, n = call.arguments_json, max(1, plan.output_tokens)
-    pieces = [text[i * len(text) // n : (i + 1) * len(text) // n] for i in range(n)]
-    return Content(pieces, make_id(rng, tool_id_prefix))
+    thinking: list[str] = []
+    signature = ""
+    if plan.thinking_tokens:
+        thinking = generate_pieces(rng, plan.thinking_tokens)
+        # Opaque to clients, who only send it back: random bytes of a real signature's length.
+        signature = base64.b64encode(rng.randbytes(SIGNATURE_BYTES)).decode()
+    answer_tokens = plan.output_tokens - plan.thinking_tokens
+    call, tool_call_id = plan.tool_call, None
+    if call is not None:
+        pieces = _slices(call.arguments_json, answer_tokens)
+        tool_call_id = make_id(rng, tool_id_prefix)
+    elif plan.answer_json is not None:
+        pieces = _slices(plan.answer_json, answer_tokens)
+    else:
+        pieces = generate_pieces(rng, answer_tokens)
+    return Content(thinking + pieces, tool_call_id, len(thinking), signature)
+
+
+def _slices(text: str, tokens: int) -> list[str]:
+    """``text`` cut into ``tokens`` consecutive slices (at least one) of nearly equal length."""
+    n = max(1, tokens)
+    return [text[i * len(text) // n : (i + 1) * len(text) // n] for i in range(n)]
 
 
 def requests_dimension(status: LimitStatus) -> DimensionStatus | None:

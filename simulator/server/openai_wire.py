@@ -17,6 +17,7 @@ from simulator.model import (
 )
 from simulator.model.request import CompletionRequest
 from simulator.server.common import (
+    JSON_OBJECT_SCHEMA,
     BadRequest,
     Content,
     Headers,
@@ -91,6 +92,7 @@ class OpenAIWire:
             stop_sequences=stop_list(data.get("stop"), "stop"),
             follows_tool_result=isinstance(messages[-1], dict)
             and messages[-1].get("role") == "tool",
+            response_schema=_response_schema(data.get("response_format")),
         )
         return Parsed(
             request,
@@ -397,6 +399,35 @@ def _tool_choice(value: Any, tools: tuple[ToolSpec, ...]) -> str:
                 )
             return str(name)
     raise BadRequest("Invalid value for 'tool_choice'.", param="tool_choice")
+
+
+def _response_schema(value: Any) -> dict[str, Any] | None:
+    """The schema ``response_format`` asks the answer to follow; None for prose (``text``)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT_SCHEMA
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise BadRequest(
+                "Missing required parameter: 'response_format.json_schema.name'.",
+                param="response_format.json_schema.name",
+            )
+        schema = spec.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise BadRequest(
+                "Invalid type for 'response_format.json_schema.schema': expected an object.",
+                param="response_format.json_schema.schema",
+            )
+        return schema if schema is not None else JSON_OBJECT_SCHEMA
+    raise BadRequest(
+        f"Invalid value: {kind!r}. Supported values are: 'text', 'json_object', and 'json_schema'.",
+        param="response_format.type",
+    )
 
 
 def _message_text(message: Any) -> str:
