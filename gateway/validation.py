@@ -247,6 +247,17 @@ def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
     """The validated request body (the original dict, unknown fields kept), or InvalidRequest."""
     if len(raw) > max_bytes:
         raise BodyTooLarge(f"Request body is larger than the limit of {max_bytes} bytes.")
+    body = json_object_parse(raw)
+    try:
+        _CHAT_COMPLETION.run_validation(body)
+    except serializers.ValidationError as exc:
+        param, message = first_error(exc.detail)
+        raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
+    return body
+
+
+def json_object_parse(raw: bytes) -> dict[str, Any]:
+    """A body that is a JSON object, nested at most ``MAX_JSON_DEPTH`` deep (every door's)."""
     if not raw:
         raise InvalidRequest("Request body is empty; expected a JSON object.", code="invalid_json")
     try:
@@ -264,11 +275,6 @@ def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
                 param=name,
                 code="invalid_value",
             )
-    try:
-        _CHAT_COMPLETION.run_validation(body)
-    except serializers.ValidationError as exc:
-        param, message = _first_error(exc.detail)
-        raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
     return body
 
 
@@ -284,7 +290,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
+def first_error(errors: Any, path: str = "") -> tuple[str, str]:
     """The first error of a DRF error tree as (``messages[2].content``, message)."""
     if isinstance(errors, dict):
         name, value = next(iter(errors.items()))
@@ -292,11 +298,11 @@ def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
             path = f"{path}[{name}]"
         elif name != "non_field_errors":
             path = f"{path}.{name}" if path else name
-        return _first_error(value, path)
+        return first_error(value, path)
     if isinstance(errors, list):
         if errors and all(isinstance(item, str) for item in errors):
             return path, str(errors[0])
         for index, item in enumerate(errors):
             if item:
-                return _first_error(item, f"{path}[{index}]")
+                return first_error(item, f"{path}[{index}]")
     return path, str(errors)
