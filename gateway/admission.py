@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from gateway import metrics
 from gateway.call import Call
 from gateway.decision import BucketState, reset_seconds
+from gateway.doors.base import CanonicalRequest
 from gateway.errors import CapacityRefused
 from gateway.providers.base import Usage
 from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
-from quotas.core.estimate import Corrections, Demand, demand_estimate
+from quotas.core.estimate import Corrections, Demand
 from quotas.core.fairqueue import QueueReason, QueueRefusal
 from quotas.core.model import Grant, Reason, Refusal
 from quotas.core.model import Usage as QuotaUsage
@@ -48,7 +48,7 @@ class Admitted:
     buckets: AttemptBuckets
     grant: Grant
     demand: Demand
-    body: dict[str, Any]
+    request: CanonicalRequest
     sent: bool = False  # the provider may have received this attempt's call
     settled: bool = False  # reconciled or released: the guard in the pipeline has nothing to do
 
@@ -84,7 +84,7 @@ class Candidate:
 async def admit(
     call: Call,
     snapshot: Snapshot,
-    body: dict[str, Any],
+    request: CanonicalRequest,
     candidates: list[EndpointEntry],
     broker: Broker,
 ) -> Admitted:
@@ -93,8 +93,7 @@ async def admit(
     refused: list[Candidate] = []
     for endpoint in candidates:
         model = snapshot.catalogue.models[endpoint.model_slug]
-        demand = demand_estimate(
-            body,
+        demand = request.estimate.demand(
             model=model.slug,
             route=endpoint.provider.name,
             default_output_tokens=model.default_output_tokens,
@@ -106,17 +105,17 @@ async def admit(
             call, broker, buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
         )
         if isinstance(result, Grant):
-            return _admitted(call, endpoint, buckets, result, demand, body)
+            return _admitted(call, endpoint, buckets, result, demand, request)
         refused.append(Candidate(endpoint, buckets, demand, result))
         call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
         if buckets.is_tenant_side(result.bucket):
             break  # the caller's own limit binds whichever endpoint serves the request
 
-    return await _wait(call, body, refused, broker)
+    return await _wait(call, request, refused, broker)
 
 
 async def _wait(
-    call: Call, body: dict[str, Any], refused: list[Candidate], broker: Broker
+    call: Call, request: CanonicalRequest, refused: list[Candidate], broker: Broker
 ) -> Admitted:
     """Wait in the fair queue of the candidate that fits first, until the deadline (D2, E6)."""
     best = min(refused, key=lambda c: c.refusal.retry_at)
@@ -135,7 +134,7 @@ async def _wait(
     finally:
         call.queue_wait += time.monotonic() - waiting_since
     if isinstance(result, Grant):
-        return _admitted(call, best.endpoint, best.buckets, result, best.demand, body)
+        return _admitted(call, best.endpoint, best.buckets, result, best.demand, request)
     raise _refusal(call, result, best.demand, best.buckets)
 
 
@@ -161,7 +160,7 @@ def _admitted(
     buckets: AttemptBuckets,
     grant: Grant,
     demand: Demand,
-    body: dict[str, Any],
+    request: CanonicalRequest,
 ) -> Admitted:
     call.grant, call.demand = grant, demand
     for shadow in grant.shadow_refusals:  # B: a trial limit is counted, never enforced
@@ -174,7 +173,7 @@ def _admitted(
         for bucket, part in zip(buckets.buckets, grant.parts, strict=True)
         if bucket.tenant_side and part.remaining is not None
     ]
-    return Admitted(endpoint, buckets, grant, demand, body)
+    return Admitted(endpoint, buckets, grant, demand, request)
 
 
 def _refusal(

@@ -19,6 +19,7 @@ from gateway import idempotency
 from gateway.admission import Admitted
 from gateway.call import Call
 from gateway.dispatch import Attempt
+from gateway.doors.base import Rendering
 from gateway.providers.base import Usage
 from gateway.quality import tool_calls_malformed
 from gateway.records import generation_record, reservation_record, usage_cost
@@ -88,9 +89,9 @@ async def answer_complete(
         for call_ in (choice.get("message") or {}).get("tool_calls") or ()
     ]
     answer_observe(call, live, admitted, usage, attempt.seconds, None, calls)
-    result = completion.body
-    result["provider"] = endpoint.provider.name
-    result.setdefault("usage", usage.as_openai())["cost"] = cost
+    result = await call.door.answer(
+        admitted.request, completion, usage, _rendering(call, attempt, admitted)
+    )
     call.reason = "ok"
     response = json_response(result, headers=response_headers(call))
     generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
@@ -171,14 +172,12 @@ def answer_stream(
                 parts = relay(
                     upstream,
                     translator,
-                    provider=endpoint.provider.name,
-                    include_usage=bool(
-                        (admitted.body.get("stream_options") or {}).get("include_usage")
+                    call.door.stream_renderer(
+                        admitted.request, _rendering(call, attempt, admitted)
                     ),
                     estimated_input_tokens=admitted.demand.input_tokens,
                     started=call.started,
                     upstream_started=upstream_started,
-                    cost=lambda usage: usage_cost(endpoint, usage),
                     finish=finish,
                 )
                 # A body closed mid-stream (the client gone) closes the relay, whose own ending
@@ -215,7 +214,7 @@ def answer_observe(
 ) -> None:
     """G2–G8 live stats from a good answer, and the conversation's pin (G12)."""
     endpoint = admitted.endpoint
-    malformed = tool_calls_malformed(admitted.body.get("tools"), tool_calls)
+    malformed = tool_calls_malformed(admitted.request.body.get("tools"), tool_calls)
     live.observe(
         endpoint.key,
         RoutingOutcome(
@@ -235,3 +234,15 @@ def answer_observe(
             StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
             ttl=endpoint.provider.cache_ttl_seconds,
         )
+
+
+def _rendering(call: Call, attempt: Attempt, admitted: Admitted) -> Rendering:
+    endpoint = admitted.endpoint
+    return Rendering(
+        call_id=call.id,
+        model=endpoint.model_slug,
+        created=int(call.created),
+        provider=endpoint.provider.name,
+        cost=lambda usage: usage_cost(endpoint, usage),
+        passthrough=attempt.passthrough,
+    )

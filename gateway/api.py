@@ -22,6 +22,14 @@ from gateway.errors import InvalidRequest, NotFound
 from gateway.models import Generation
 from gateway.selectors import generation_get
 
+# The door a request came in by, in OpenRouter's ``api_type`` words where it has them.
+API_TYPES = {
+    "chat": "completions",
+    "messages": "messages",
+    "responses": "responses",
+    "embeddings": "embeddings",
+}
+
 
 class GenerationQuery(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.RegexField(r"^gen-[A-Za-z0-9_-]+$", max_length=40)
@@ -80,7 +88,7 @@ def generation_data(generation: Generation) -> dict[str, Any]:
         "native_tokens_cached": g.cached_input_tokens,
         "native_tokens_reasoning": detail.get("reasoning_tokens"),
         "is_byok": False,
-        "api_type": "completions",
+        "api_type": API_TYPES.get(detail.get("door", "chat"), "completions"),
         "router": None,
         # Switchyard's own fields.
         "status": g.status,

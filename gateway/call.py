@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.decision import BucketState
+from gateway.doors.base import CanonicalRequest, Door
+from gateway.doors.chat import CHAT
 from quotas.core.estimate import Demand
 from quotas.core.model import Grant
 from quotas.snapshot import Workload
@@ -30,6 +32,8 @@ class Call:
     id: str = field(default_factory=lambda: f"gen-{uuid.uuid4().hex}")
     started: float = field(default_factory=time.monotonic)  # monotonic, for durations
     created: float = field(default_factory=time.time)  # epoch, for deadlines and records
+    door: Door = CHAT  # the protocol the client speaks: its answers and refusals are in it
+    request: CanonicalRequest | None = None  # parsed once, read by every later step
     principal: Principal | None = None
     model: ModelEntry | None = None
     workload: Workload = DEFAULT_WORKLOAD

@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import orjson
 
+from gateway.doors.base import CanonicalRequest
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -60,6 +60,7 @@ class Attempt:
     error: GatewayError | None = None  # what the caller sees if this failure is the last word
     seconds: float = 0.0  # until the answer (or its first byte, for streams)
     sent: bool = True  # False: the adapter could not express the request, nothing went out
+    passthrough: bool = False  # the door's own body went out; the provider's answers come back
 
     @property
     def ok(self) -> bool:
@@ -68,27 +69,42 @@ class Attempt:
 
 async def attempt_send(
     endpoint: EndpointEntry,
-    body: dict[str, Any],
+    request: CanonicalRequest,
     *,
-    stream: bool,
     response_id: str,
     model: str,
     created: int,
     on_send: Callable[[], None] = lambda: None,
 ) -> Attempt:
     """``on_send`` is called just before the request goes out: from then on, whatever
-    happens, the provider may have received it."""
+    happens, the provider may have received it.
+
+    A provider that speaks the door's own protocol gets the door's body as it is
+    (``passthrough``); any other gets the canonical body in its protocol."""
     adapter = adapter_for(endpoint.provider.protocol)
-    attempt = Attempt(endpoint=endpoint, adapter=adapter)
+    passthrough = request.native is not None and adapter.protocol == request.door.protocol
+    attempt = Attempt(endpoint=endpoint, adapter=adapter, passthrough=passthrough)
     name = endpoint.provider.name
+    stream = request.stream
     try:
-        wire = adapter.build_request(
-            body,
-            upstream_model=endpoint.upstream_model,
-            api_key=endpoint.provider.api_key,
-            stream=stream,
-            max_output=endpoint.max_output,
-        )
+        if passthrough:
+            assert request.native is not None
+            wire = adapter.build_native_request(
+                request.native,
+                upstream_model=endpoint.upstream_model,
+                api_key=endpoint.provider.api_key,
+                stream=stream,
+                max_output=endpoint.max_output,
+                headers=request.headers,
+            )
+        else:
+            wire = adapter.build_request(
+                request.body,
+                upstream_model=endpoint.upstream_model,
+                api_key=endpoint.provider.api_key,
+                stream=stream,
+                max_output=endpoint.max_output,
+            )
     except RequestNotSupported as exc:
         attempt.sent = False
         return _failed(
@@ -100,13 +116,13 @@ async def attempt_send(
             ),
         )
     client = client_for(endpoint.provider.base_url)
-    request = client.build_request(
+    upstream_request = client.build_request(
         "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
     )
     started = time.monotonic()
     on_send()
     try:
-        response = await client.send(request, stream=stream)
+        response = await client.send(upstream_request, stream=stream)
     except httpx.TransportError as exc:
         attempt.seconds = time.monotonic() - started
         # A connect timeout is "could not reach" (502), like a refused connection; 504 is for
@@ -132,9 +148,12 @@ async def attempt_send(
         attempt.stream = response
         return attempt
     try:
+        data = response.json()
         attempt.completion = adapter.parse_completion(
-            response.json(), response_id=response_id, model=model, created=created
+            data, response_id=response_id, model=model, created=created
         )
+        if passthrough:
+            attempt.completion.native = data
     except (ValueError, StreamError):
         classified = Classified(Outcome.PROVIDER_ERROR, "invalid answer")
         return _failed(

@@ -1,9 +1,7 @@
 """The request's first steps on the spine (``pipeline``): the configuration snapshot, who is
-asking (A3, C1), the parsed body, and the workload class it runs as (E1)."""
+asking (A3, C1), the body as received, and the workload class it runs as (E1)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -18,9 +16,8 @@ from gateway.errors import (
     ServiceUnavailable,
 )
 from gateway.snapshot import Snapshot, holder
-from gateway.validation import chat_request_parse
 from quotas.snapshot import Workload
-from tenants.identity import Principal, bearer_secret
+from tenants.identity import Principal, api_key_secret, bearer_secret
 
 WORKLOAD_HEADER = "x-switchyard-workload"
 
@@ -33,23 +30,27 @@ async def snapshot_current() -> Snapshot:
 
 
 def principal_identify(snapshot: Snapshot, request: HttpRequest, now: float) -> Principal:
-    secret = bearer_secret(request.headers.get("authorization"))
+    """The key's owner. ``Authorization: Bearer`` or, as Anthropic's clients send it,
+    ``x-api-key``: either door may be spoken with either header."""
+    secret = bearer_secret(request.headers.get("authorization")) or api_key_secret(
+        request.headers.get("x-api-key")
+    )
     principal = snapshot.keys.identify(secret, now=now) if secret else None
     if principal is None:
         raise AuthenticationFailed(
-            "Invalid API key. Send 'Authorization: Bearer sk-sy-…' with an active key."
+            "Invalid API key. Send 'Authorization: Bearer sk-sy-…' (or 'x-api-key: sk-sy-…') "
+            "with an active key."
         )
     return principal
 
 
-def body_parse(request: HttpRequest) -> dict[str, Any]:
+def raw_body(request: HttpRequest) -> bytes:
     try:
-        raw = request.body
+        return request.body
     except RequestDataTooBig:
         raise BodyTooLarge(
             f"Request body is larger than the limit of {settings.MAX_REQUEST_BODY_BYTES} bytes."
         ) from None
-    return chat_request_parse(raw, max_bytes=settings.MAX_REQUEST_BODY_BYTES)
 
 
 def workload_choose(snapshot: Snapshot, call: Call, request: HttpRequest) -> Workload:

@@ -113,8 +113,9 @@ def _job_create(call: Call, body: dict[str, Any], session_id: str) -> Job:
         app_id=principal.app_id,
         api_key_id=principal.key_id,
         workload_class=call.workload.name,
-        model=body["model"],
+        model=call.request.model if call.request else "",
         request=body,
+        door=call.door.name,
         session_id=session_id[:200],
     )
     try:

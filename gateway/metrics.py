@@ -19,8 +19,8 @@ from prometheus_client import Counter, Histogram
 
 REQUESTS = Counter(
     "switchyard_requests_total",
-    "Logical requests by outcome.",
-    ["tenant", "model", "provider", "workload", "status", "reason"],
+    "Logical requests by outcome and by the door they came in by (chat, messages, …).",
+    ["tenant", "model", "provider", "workload", "status", "reason", "door"],
 )
 ATTEMPTS = Counter(
     "switchyard_upstream_attempts_total",

@@ -1,13 +1,16 @@
-"""The spine of one proxied request, top to bottom (SPEC C1–C7).
+"""The spine of one proxied request, top to bottom (SPEC C1–C7), the same for every door.
 
-    identify → parse → model → workload → plan → ┌ admit (reserve, or wait fairly)
-                                                 │ dispatch
-                                                 │ reconcile
-                                                 └ decide: respond, retry, fall back, refuse
+    identify → parse (the door) → model → workload → plan → ┌ admit (reserve, or wait fairly)
+                                                            │ dispatch
+                                                            │ reconcile
+                                                            └ decide: respond, retry, fall
+                                                              back, refuse
 
-Each step is one call into the app that owns it; nothing clever lives here. The first steps
-are in ``intake``, a good answer (whole or streamed) and the grant's settlement in ``answers``,
-the headers every answer carries in ``responses``.
+Each step is one call into the app that owns it; nothing clever lives here. The door
+(``gateway/doors``) parses its protocol once into a ``CanonicalRequest`` and renders answers and
+refusals in its own protocol; the first steps are in ``intake``, a good answer (whole or
+streamed) and the grant's settlement in ``answers``, the headers every answer carries in
+``responses``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import orjson
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
@@ -29,6 +33,9 @@ from gateway.admission import Admitted, admit
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.dispatch import Attempt, attempt_send
+from gateway.doors import door_for
+from gateway.doors.base import CanonicalRequest, Door
+from gateway.doors.chat import SESSION_HEADER
 from gateway.errors import (
     AuthenticationFailed,
     BrokerUnavailable,
@@ -39,19 +46,17 @@ from gateway.errors import (
     PermissionDenied,
     ServiceUnavailable,
     UnknownModel,
-    error_response,
 )
-from gateway.intake import body_parse, principal_identify, snapshot_current, workload_choose
+from gateway.intake import principal_identify, raw_body, snapshot_current, workload_choose
 from gateway.models import Job
 from gateway.providers.base import Outcome
 from gateway.records import generation_record, reservation_record
 from gateway.responses import SHOULD_RETRY_HEADER, json_response, response_headers
 from gateway.snapshot import Snapshot
 from quotas.broker import Broker, broker_get, demand_usage
-from quotas.core.estimate import input_tokens_heuristic, requested_max_output
 from quotas.core.retry import Failure, Next, retry_decide
 from routing.catalogue import EndpointEntry, ModelEntry
-from routing.core.overrides import model_suffix_split, provider_preferences_parse
+from routing.core.overrides import model_suffix_split
 from routing.core.planner import RoutingRequest, plan_explanation
 from routing.core.stats import Outcome as RoutingOutcome
 from routing.core.sticky import conversation_key
@@ -61,7 +66,6 @@ from tenants.identity import Principal
 log = logging.getLogger(__name__)
 _Answer = TypeVar("_Answer")
 
-SESSION_HEADER = "x-session-id"
 # A deferred job that met Redis away tries again this much later (s).
 BROKER_AWAY_RETRY_SECONDS = 2.0
 
@@ -87,30 +91,32 @@ FAILURES = {
 }
 
 
-async def chat_completion(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
-    call = Call()
+async def serve(request: HttpRequest, door: Door) -> HttpResponse | StreamingHttpResponse:
+    """One request through its door: the answer, or its refusal in the door's envelope."""
+    call = Call(door=door)
 
     async def steps() -> HttpResponse | StreamingHttpResponse:
         snapshot = await snapshot_current()
         call.principal = principal_identify(snapshot, request, call.created)
-        body = body_parse(request)
-        call.model = _model(snapshot, call.principal, body, call=call)
+        raw = raw_body(request)
+        call.request = canonical = door.parse(raw, request.headers)
+        call.model = _model(snapshot, call.principal, canonical.body, call=call)
         call.workload = workload_choose(snapshot, call, request)
-        call.stream = bool(body.get("stream"))
+        call.stream = canonical.stream
         deferred = jobs.wants_deferral(request, call)
         if deferred:
-            jobs.job_storable(request.body, body)
+            jobs.job_storable(raw, canonical.body)
         call.idempotency_key = idempotency.request_key(request)
-        replay = await idempotency.claim(call, idempotency.body_digest(request.body))
+        replay = await idempotency.claim(call, idempotency.body_digest(raw))
         if replay is not None:
             return replay
         if deferred:
-            job = await jobs.job_submit(call, body, request.headers.get(SESSION_HEADER, ""))
+            job = await jobs.job_submit(call, orjson.loads(raw), canonical.session_id or "")
             call.reason = "deferred"
             headers = {**response_headers(call), "Location": f"/v1/jobs/{job.id}"}
             response = json_response(jobs.job_data(job), status=202, headers=headers)
         else:
-            response = await _respond(call, snapshot, body, request.headers.get(SESSION_HEADER))
+            response = await _respond(call, snapshot, canonical)
         if isinstance(response, HttpResponse) and response.status_code < 300:
             # A streamed answer is remembered when it ends (``answer_stream``).
             await idempotency.remember(
@@ -127,20 +133,23 @@ async def job_attempt(
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
     capacity, or Redis away, before the job's deadline — the refusal, so the job waits and
     tries again."""
-    call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries)
+    door = door_for(job.door)
+    call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries, door=door)
 
     async def run() -> HttpResponse | CapacityRefused:
         snapshot = await snapshot_current()
         call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
         if call.principal is None:
             raise AuthenticationFailed("The API key that submitted this job is no longer active.")
-        call.model = _model(snapshot, call.principal, job.request)
+        headers = {SESSION_HEADER: job.session_id} if job.session_id else {}
+        call.request = canonical = door.parse(orjson.dumps(job.request), headers)
+        call.model = _model(snapshot, call.principal, canonical.body)
         workload = snapshot.quotas.workloads.get(job.workload_class, DEFAULT_WORKLOAD)
         # This run waits for capacity until try_until; the job, until its own deadline.
         until = min(job.deadline_at.timestamp(), try_until)
         call.workload = replace(workload, deadline_seconds=until - call.created)
         try:
-            response = await _respond(call, snapshot, job.request, job.session_id or None)
+            response = await _respond(call, snapshot, canonical)
         except CapacityRefused as refused:
             if last_try:
                 raise
@@ -178,7 +187,7 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         call.reason = "broker_unavailable"
         generation_record(call, status=error.status)
         await idempotency.release(call)
-        return error_response(
+        return call.door.error_response(
             error, {**response_headers(call, retry_after=1.0), SHOULD_RETRY_HEADER: "true"}
         )
     except GatewayError as error:
@@ -187,7 +196,7 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         await idempotency.release(call)
         headers = response_headers(call, retry_after=_retry_after(error))
         headers[SHOULD_RETRY_HEADER] = "true" if _worth_retrying(call, error) else "false"
-        return error_response(error, headers)
+        return call.door.error_response(error, headers)
     except asyncio.CancelledError:  # the client left, perhaps while waiting for capacity
         if not call.recorded:  # C8: the ledger shows it, even if no provider ever saw it
             call.reason = "client_disconnected"
@@ -206,21 +215,21 @@ async def _guarded(call: Call, steps: Awaitable[_Answer]) -> _Answer | HttpRespo
         await idempotency.release(call)
         headers = response_headers(call)
         headers[SHOULD_RETRY_HEADER] = "false"
-        return error_response(error, headers)
+        return call.door.error_response(error, headers)
 
 
 async def _respond(
-    call: Call, snapshot: Snapshot, body: dict[str, Any], session_id: str | None
+    call: Call, snapshot: Snapshot, request: CanonicalRequest
 ) -> HttpResponse | StreamingHttpResponse:
     """Plan and serve; no capacity for a degrading class: its model's fallback (E2)."""
-    candidates = await _plan(call, snapshot, body, session_id)
+    candidates = await _plan(call, snapshot, request)
     try:
-        return await _serve(call, snapshot, body, candidates)
+        return await _serve(call, snapshot, request, candidates)
     except CapacityRefused:
         if not call.may_degrade:
             raise
-        body = _degrade(call, snapshot, body)
-        return await _serve(call, snapshot, body, await _plan(call, snapshot, body, session_id))
+        request = _degrade(call, snapshot, request)
+        return await _serve(call, snapshot, request, await _plan(call, snapshot, request))
 
 
 def _model(
@@ -251,7 +260,7 @@ def _model(
     return found
 
 
-def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, Any]:
+def _degrade(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> CanonicalRequest:
     """E2: no capacity now for an interactive request whose class degrades: its model's
     fallback serves it instead (queueing there as usual)."""
     model = _require_model(call)
@@ -259,38 +268,42 @@ def _degrade(call: Call, snapshot: Snapshot, body: dict[str, Any]) -> dict[str, 
     call.degraded_from = model.slug
     call.model = snapshot.catalogue.models[model.fallback_slug]
     call.explanation.append(f"degraded:{model.slug}->{call.model.slug}")
-    return {**body, "model": call.model.slug, "models": []}
+    call.request = request.with_model(call.model.slug)
+    return call.request
 
 
-async def _plan(
-    call: Call, snapshot: Snapshot, body: dict[str, Any], session_id: str | None
-) -> list[EndpointEntry]:
+async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> list[EndpointEntry]:
     """The router's ranked candidates (G1–G14), honouring the caller's overrides."""
     principal = call.principal
     assert principal is not None
     live = live_router()
     live.configure(snapshot.version, snapshot.catalogue)
-    try:
-        preferences = provider_preferences_parse(body.get("provider"))
-    except ValueError as exc:
-        raise InvalidRequest(f"provider: {exc}", param="provider") from None
-    call.conversation = conversation_key(
-        tenant=str(principal.tenant_id),
-        model=_require_model(call).slug,
-        session_id=session_id,
-        user=body.get("user"),
-        messages=body["messages"],
+    messages = request.body.get("messages") or []
+    call.conversation = (
+        conversation_key(
+            tenant=str(principal.tenant_id),
+            model=_require_model(call).slug,
+            session_id=request.session_id,
+            user=request.user,
+            messages=messages,
+        )
+        if messages
+        else None
     )
-    sticky = await live.sticky_get(call.conversation) if _later_turn(body, call) else None
-    features = requested_features(body, stream=call.stream)
+    later_turn = any(m.get("role") == "assistant" for m in messages)
+    sticky = (
+        await live.sticky_get(call.conversation)
+        if call.conversation is not None and later_turn
+        else None
+    )
     plan = live.plan(
         RoutingRequest(
-            model=body["model"],
-            input_tokens=float(input_tokens_heuristic(body)),
-            max_tokens=requested_max_output(body),
-            features=features,
-            provider=preferences,
-            models=tuple(body.get("models") or ()),
+            model=request.model,
+            input_tokens=float(request.estimate.input_tokens),
+            max_tokens=request.estimate.max_output,
+            features=request.features,
+            provider=request.preferences,
+            models=request.models,
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
         )
@@ -305,29 +318,8 @@ async def _plan(
     return [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
 
 
-def requested_features(body: dict[str, Any], *, stream: bool) -> frozenset[str]:
-    """The capabilities (``supports``) the request needs from an endpoint.
-
-    A ``response_format`` of type ``text`` is the default answer: it needs nothing.
-    """
-    features = {"tools"} if body.get("tools") else set()
-    response_format = body.get("response_format") or {}
-    if response_format and response_format.get("type", "text") != "text":
-        features.add("response_format")
-    if stream:
-        features.add("stream")
-    return frozenset(features)
-
-
-def _later_turn(body: dict[str, Any], call: Call) -> bool:
-    """A conversation's later turns carry an assistant message; only they can be pinned."""
-    return call.conversation is not None and any(
-        m.get("role") == "assistant" for m in body["messages"]
-    )
-
-
 async def _serve(
-    call: Call, snapshot: Snapshot, body: dict[str, Any], candidates: list[EndpointEntry]
+    call: Call, snapshot: Snapshot, request: CanonicalRequest, candidates: list[EndpointEntry]
 ) -> HttpResponse | StreamingHttpResponse:
     """Admit, dispatch, reconcile, and retry or fall back within one budget (F1–F5, G14)."""
     broker = broker_get()
@@ -336,11 +328,11 @@ async def _serve(
     model = _require_model(call)
     while True:
         waited_before = call.queue_wait
-        admitted = await admit(call, snapshot, body, candidates, broker)
+        admitted = await admit(call, snapshot, request, candidates, broker)
         async with grant_owned(admitted, broker):
             call.attempts += 1
             try:
-                attempt = await _dispatch(call, body, admitted, broker)
+                attempt = await _dispatch(call, request, admitted, broker)
             except asyncio.CancelledError:  # the client left: the upstream call went with it
                 await grant_abandoned(call, admitted, broker)
                 raise
@@ -419,13 +411,12 @@ async def _serve(
 
 
 async def _dispatch(
-    call: Call, body: dict[str, Any], admitted: Admitted, broker: Broker
+    call: Call, request: CanonicalRequest, admitted: Admitted, broker: Broker
 ) -> Attempt:
     call.endpoint = admitted.endpoint
     send = attempt_send(
         admitted.endpoint,
-        body,
-        stream=call.stream,
+        request,
         response_id=call.id,
         model=admitted.endpoint.model_slug,
         created=int(call.created),

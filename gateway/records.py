@@ -46,6 +46,7 @@ def generation_record(
         call.workload.name,
         str(status),
         call.reason,
+        call.door.name,
     ).inc()
     metrics.child(metrics.QUEUE_WAIT, principal.tenant_name, call.workload.name).observe(
         call.queue_wait
@@ -88,6 +89,7 @@ def generation_record(
                 "queue_wait_ms": round(call.queue_wait * 1000, 1),
                 "degraded_from": call.degraded_from,
                 "attempts": call.timeline,
+                "door": call.door.name,
             },
         },
     )

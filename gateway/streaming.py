@@ -1,4 +1,4 @@
-"""Relaying a provider stream to the client as OpenAI chunks (SPEC C10).
+"""Relaying a provider stream to the client in its door's protocol (SPEC C10).
 
 The reservation holds the maximum output while the stream runs (its lease renewed); when the
 stream ends — completed, failed, or cut by a client that went away — the actual usage is
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 
 from gateway.dispatch import UPSTREAM_WORDS
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.doors.base import StreamRenderer
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Outcome, SSEParser, StreamError, StreamTranslator, Usage
 from quotas.core.estimate import CHARS_PER_TOKEN
 
@@ -41,15 +41,15 @@ class StreamEnd:
 async def relay(
     response: httpx.Response,
     translator: StreamTranslator,
+    renderer: StreamRenderer,
     *,
-    provider: str,
-    include_usage: bool,
     estimated_input_tokens: int,
     started: float,
     upstream_started: float,
-    cost: Callable[[Usage], float],
     finish: Callable[[StreamEnd], Awaitable[None]],
 ) -> AsyncIterator[bytes]:
+    """The provider's events, translated to OpenAI chunks (what the relay measures), written
+    out in the door's protocol by ``renderer``."""
     parser = SSEParser()
     ttft: float | None = None
     upstream_ttft: float | None = None
@@ -63,40 +63,38 @@ async def relay(
         try:
             async for raw in response.aiter_bytes():
                 for event in parser.feed(raw):
-                    for chunk in translator.feed(event):
+                    chunks = translator.feed(event)
+                    for chunk in chunks:
                         if ttft is None and _first_token(chunk):
                             ttft = time.monotonic() - started
                             upstream_ttft = time.monotonic() - upstream_started
-                        if chunk.get("usage") is not None and not chunk.get("choices"):
-                            if not include_usage:
-                                continue
-                            chunk["usage"]["cost"] = cost(translator.usage or Usage())
                         streamed_chars += _collect(chunk, tool_calls)
-                        chunk["provider"] = provider
-                        out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                    out.append(renderer.feed(event, chunks))
                 if translator.done:
                     break
                 if out:
                     yield b"".join(out)
                     out.clear()
             completed = translator.done
-            if not completed:
+            if completed:
+                out.append(await renderer.close(translator.usage, translator.finish_reason))
+            else:
                 status, reason = 502, "upstream_stream_incomplete"
-                out.append(_sse_error(UpstreamError("The provider ended the stream early.")))
+                out.append(renderer.fail(UpstreamError("The provider ended the stream early.")))
         except StreamError as exc:
             outcome = exc.classified.outcome
             status, reason = 502, f"upstream_{outcome.value}"
             # The provider's own words only when they are about the caller's request (H1).
             said = exc.classified.message if outcome is Outcome.REQUEST_ERROR else ""
             message = f"The provider failed mid-stream: {said or UPSTREAM_WORDS[outcome]}"
-            out.append(_sse_error(UpstreamError(message)))
+            out.append(renderer.fail(UpstreamError(message)))
         except httpx.TimeoutException:
             status, reason = 504, "upstream_timeout"
-            out.append(_sse_error(UpstreamTimeout("The provider stopped sending.")))
+            out.append(renderer.fail(UpstreamTimeout("The provider stopped sending.")))
         except httpx.TransportError:
             status, reason = 502, "upstream_unavailable"
-            out.append(_sse_error(UpstreamUnavailable("The connection to the provider broke.")))
-        yield b"".join(out) + b"data: [DONE]\n\n"
+            out.append(renderer.fail(UpstreamUnavailable("The connection to the provider broke.")))
+        yield b"".join(out)
     except Exception:  # a bug of ours: the ledger says so (the pipeline settles and logs)
         status, reason = 500, "internal_error"
         raise
@@ -175,7 +173,3 @@ def _collect(chunk: dict[str, Any], tool_calls: dict[int, dict[str, Any]]) -> in
             call["function"]["arguments"] += arguments
             count += len(arguments)
     return count
-
-
-def _sse_error(error: GatewayError) -> bytes:
-    return b"data: " + orjson.dumps(error.envelope()) + b"\n\n"

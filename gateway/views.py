@@ -7,6 +7,7 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
 from gateway import models_api, openapi, pipeline
+from gateway.doors.chat import CHAT
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
 
@@ -14,7 +15,7 @@ from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_respo
 async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
-    return await pipeline.chat_completion(request)
+    return await pipeline.serve(request, CHAT)
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:

@@ -79,6 +79,13 @@ def bearer_secret(authorization: str | None) -> str | None:
     return secret
 
 
+def api_key_secret(value: str | None) -> str | None:
+    """The secret of an ``x-api-key: sk-sy-…`` header (Anthropic's clients), if it looks
+    like one."""
+    secret = (value or "").strip()
+    return secret if secret.startswith(KEY_TYPE_PREFIX) else None
+
+
 def key_index_build() -> KeyIndex:
     """Read every key with its hierarchy in one query (called when the config version changes)."""
     by_prefix: dict[str, list[tuple[str, Principal]]] = defaultdict(list)

@@ -91,8 +91,15 @@ class StreamRenderer(Protocol):
 
 
 class Door(Protocol):
-    name: str  # "chat" | "messages" | "responses" | "embeddings": metrics label, ledger api_type
-    protocol: str | None  # the provider protocol it speaks natively, for pass-through
+    @property
+    def name(self) -> str:
+        """ "chat" | "messages" | "responses" | "embeddings": the metrics label, api_type."""
+        ...
+
+    @property
+    def protocol(self) -> str | None:
+        """The provider protocol it speaks natively, for pass-through."""
+        ...
 
     def parse(self, raw: bytes, headers: Mapping[str, str]) -> CanonicalRequest:
         """Validate a body (bytes as received) and build the canonical request; raises

@@ -149,6 +149,34 @@ class AnthropicAdapter:
         }
         return UpstreamRequest(path="/v1/messages", headers=headers, json=wire)
 
+    def build_native_request(
+        self,
+        native: JSON,
+        *,
+        upstream_model: str,
+        api_key: str,
+        stream: bool,
+        max_output: int,
+        headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        """A Messages body from the Messages door, with every field it holds (``cache_control``,
+        ``thinking``, betas …); ``max_tokens`` is required by the protocol, so it is the
+        door's or the endpoint's maximum."""
+        wire = {**native, "model": upstream_model}
+        wire.setdefault("max_tokens", max_output)
+        if stream:
+            wire["stream"] = True
+        else:
+            wire.pop("stream", None)
+        wire_headers = {
+            "x-api-key": api_key,
+            "anthropic-version": headers.get("anthropic-version") or API_VERSION,
+            "content-type": "application/json",
+        }
+        if headers.get("anthropic-beta"):
+            wire_headers["anthropic-beta"] = headers["anthropic-beta"]
+        return UpstreamRequest(path="/v1/messages", headers=wire_headers, json=wire)
+
     def parse_completion(
         self, data: JSON, *, response_id: str, model: str, created: int | None = None
     ) -> Completion:

@@ -148,6 +148,20 @@ class Adapter(Protocol):
         """The wire request for a canonical body; ``max_output`` is used when the body has none."""
         ...
 
+    def build_native_request(
+        self,
+        native: JSON,
+        *,
+        upstream_model: str,
+        api_key: str,
+        stream: bool,
+        max_output: int,
+        headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        """The wire request for a body already in this provider's protocol (a door of the same
+        protocol): sent as it is but for the model, the stream flag and the credential."""
+        ...
+
     def parse_completion(
         self, data: JSON, *, response_id: str, model: str, created: int | None = None
     ) -> Completion:

@@ -197,6 +197,25 @@ class OpenAIAdapter:
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         return UpstreamRequest(path="/chat/completions", headers=headers, json=wire)
 
+    def build_native_request(
+        self,
+        native: JSON,
+        *,
+        upstream_model: str,
+        api_key: str,
+        stream: bool,
+        max_output: int,
+        headers: Mapping[str, str],
+    ) -> UpstreamRequest:
+        """The chat door's body is both canonical and native: the same request either way."""
+        return self.build_request(
+            native,
+            upstream_model=upstream_model,
+            api_key=api_key,
+            stream=stream,
+            max_output=max_output,
+        )
+
     def parse_completion(
         self, data: JSON, *, response_id: str, model: str, created: int | None = None
     ) -> Completion:

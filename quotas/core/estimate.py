@@ -221,22 +221,3 @@ def request_estimate(body: Mapping[str, Any]) -> RequestEstimate:
         prompt_family=prompt_family(body),
         structured_output=structured_output_mode(body),
     )
-
-
-def demand_estimate(
-    body: Mapping[str, Any],
-    *,
-    model: str,
-    route: str,
-    default_output_tokens: int,
-    max_output: int,
-    corrections: Corrections,
-) -> Demand:
-    """The request's demand: corrected input estimate; output = its max, else the default."""
-    return request_estimate(body).demand(
-        model=model,
-        route=route,
-        default_output_tokens=default_output_tokens,
-        max_output=max_output,
-        corrections=corrections,
-    )

@@ -233,12 +233,31 @@ def test_it_answers_every_bad_key_with_the_same_401(stack, key):
     response = post(stack, key=key, json=body())
     assert response.status_code == 401
     assert response.json()["error"] == {
-        "message": "Invalid API key. Send 'Authorization: Bearer sk-sy-…' with an active key.",
+        "message": (
+            "Invalid API key. Send 'Authorization: Bearer sk-sy-…' (or 'x-api-key: sk-sy-…') "
+            "with an active key."
+        ),
         "type": "authentication_error",
         "code": "invalid_api_key",
         "param": None,
         "reason": "invalid_api_key",
     }
+
+
+@pytest.mark.parametrize("key", ["sk-sy-unknown-key-000000000", "sk-sy-test-acme-expired-01"])
+def test_it_refuses_a_bad_key_sent_as_x_api_key_like_a_bearer_one(stack, key):
+    response = httpx.post(
+        f"{stack.base_url}/v1/chat/completions", headers={"x-api-key": key}, json=body(), timeout=30
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_it_takes_the_key_as_x_api_key_as_anthropic_clients_send_it(stack):
+    response = httpx.post(
+        f"{stack.base_url}/v1/chat/completions", headers={"x-api-key": KEY}, json=body(), timeout=30
+    )
+    assert response.status_code == 200, response.text
 
 
 def test_it_refuses_a_model_the_key_may_not_use(stack):

@@ -42,7 +42,7 @@ def test_it_shows_metrics_to_a_scraper_and_to_staff_only(stack):
         client.close()
     for response in (page, scraped):
         assert response.status_code == 200
-        assert 'switchyard_requests_total{model="acme/chat-small"' in response.text
+        assert 'switchyard_requests_total{door="chat",model="acme/chat-small"' in response.text
         assert "switchyard_upstream_attempts_total" in response.text
         assert "switchyard_input_estimate_ratio_bucket" in response.text
 

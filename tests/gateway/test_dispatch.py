@@ -12,6 +12,7 @@ import pytest
 
 from gateway import upstream
 from gateway.dispatch import Attempt, attempt_send
+from gateway.doors.chat import CHAT
 from gateway.errors import InvalidRequest, UpstreamQuotaExhausted, UpstreamRateLimited
 from gateway.pipeline import FAILURES
 from gateway.providers.base import Outcome
@@ -90,11 +91,10 @@ def provider() -> Iterator[dict[str, httpx.Response]]:
 
 
 def send() -> Attempt:
-    body = {"model": "acme/chat", "messages": [{"role": "user", "content": "hi"}]}
+    body = b'{"model": "acme/chat", "messages": [{"role": "user", "content": "hi"}]}'
+    request = CHAT.parse(body, {})
     return asyncio.run(
-        attempt_send(
-            ENDPOINT, body, stream=False, response_id="gen-1", model="acme/chat", created=1
-        )
+        attempt_send(ENDPOINT, request, response_id="gen-1", model="acme/chat", created=1)
     )
 
 

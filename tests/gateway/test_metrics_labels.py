@@ -74,6 +74,7 @@ def fresh_holder() -> Iterator[None]:
 
 
 def _requests(**labels: str) -> float:
+    labels = {"door": "chat", **labels}
     return REGISTRY.get_sample_value("switchyard_requests_total", labels) or 0.0
 
 

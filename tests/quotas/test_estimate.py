@@ -10,9 +10,9 @@ from quotas.core.estimate import (
     MAX_FACTOR,
     MIN_FACTOR,
     Corrections,
-    demand_estimate,
     estimation_class,
     input_tokens_heuristic,
+    request_estimate,
 )
 
 TOOL = {
@@ -31,7 +31,7 @@ def body(text="hello there", **extra):
 def estimate(request, corrections=None, **kwargs):
     options = {"model": "m", "route": "alpha", "default_output_tokens": 400, "max_output": 4096}
     options.update(kwargs)
-    return demand_estimate(request, corrections=corrections or Corrections(), **options)
+    return request_estimate(request).demand(corrections=corrections or Corrections(), **options)
 
 
 def test_it_counts_longer_prompts_tools_and_schemas_as_more_input():
@@ -132,3 +132,41 @@ def test_it_never_leaves_the_factor_bounds(observations):
         factor = corrections.input_factor(cls)
         assert MIN_FACTOR - 1e-9 <= factor <= MAX_FACTOR + 1e-9
     assert math.isfinite(corrections.input_factor(cls))
+
+
+def test_an_estimate_made_once_gives_each_candidate_its_own_corrected_demand():
+    corrections = Corrections()
+    made = request_estimate(body("a" * 400, max_tokens=50))
+    for _ in range(20):
+        at_alpha = made.demand(
+            model="m",
+            route="alpha",
+            default_output_tokens=400,
+            max_output=4096,
+            corrections=corrections,
+        )
+        corrections.learn(at_alpha.estimation, raw_input=made.input_tokens, actual_input=200)
+    beta = made.demand(
+        model="m",
+        route="beta",
+        default_output_tokens=400,
+        max_output=4096,
+        corrections=corrections,
+    )
+    assert at_alpha.input_tokens > beta.input_tokens == made.input_tokens
+    assert at_alpha.output_tokens == beta.output_tokens == 50
+
+
+def test_a_request_that_makes_no_output_reserves_none():
+    embed = request_estimate(body("a" * 40))
+    no_output = type(embed)(
+        input_tokens=embed.input_tokens, max_output=0, prompt_family="", structured_output="none"
+    )
+    demand = no_output.demand(
+        model="m",
+        route="alpha",
+        default_output_tokens=400,
+        max_output=4096,
+        corrections=Corrections(),
+    )
+    assert demand.output_tokens == 0 and demand.input_tokens == embed.input_tokens
