@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway import models_api, openapi, pipeline
+from gateway import models_api, openapi, pipeline, responses_intake
 from gateway.doors.chat import CHAT
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
 
@@ -16,6 +16,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     if request.method != "POST":
         return _method_not_allowed("POST")
     return await pipeline.serve(request, CHAT)
+
+
+@csrf_exempt
+async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await pipeline.serve(request, await responses_intake.responses_door(request))
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:

@@ -10,6 +10,7 @@ urlpatterns = [
     path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
     path("v1/jobs/<str:job_id>", jobs_api.JobDetail.as_view(), name="job-detail"),
+    path("v1/responses", views.responses_create, name="responses"),
     path(
         "v1/responses/<str:response_id>",
         responses_api.ResponseDetail.as_view(),

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from gateway.doors.base import Door
 from gateway.doors.chat import CHAT
+from gateway.doors.responses import ResponsesDoor
 
 # Every door by name (a deferred job names the door it came in by).
-DOORS: dict[str, Door] = {CHAT.name: CHAT}
+DOORS: dict[str, Door] = {CHAT.name: CHAT, ResponsesDoor.name: ResponsesDoor()}
 
 
 def door_for(name: str) -> Door:

@@ -5,9 +5,10 @@ serves it through its adapter; no provider speaks Responses to Switchyard, so no
 through (``protocol`` is None). The answer is rendered as a Response object, the stream as
 the Responses event sequence (``responses_stream``), errors in OpenAI's envelope as on chat.
 
-A door serves one request: it is made (``responses_door``) with the caller and, when the body
-names a ``previous_response_id``, that earlier turn, read before the spine runs — a lookup
-needs the caller's app and the database, which ``parse`` (synchronous, pure) has neither of.
+A door serves one request: it is made (``gateway/responses_intake.py``) with the caller and,
+when the body names a ``previous_response_id``, that earlier turn, read before the spine runs —
+a lookup needs the caller's app and the database, which ``parse`` (synchronous, pure) has
+neither of.
 With ``store`` (the default) the answer is saved before it goes out.
 """
 
@@ -18,18 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 
 from gateway import response_store
 from gateway.doors.base import CanonicalRequest, Rendering, StreamRenderer
+from gateway.doors.chat import SESSION_HEADER, preferences_parse, requested_features
 from gateway.doors.responses_stream import ResponsesStream
 from gateway.doors.responses_translate import (
-    RESPONSE_ID,
     assistant_message,
     chat_body,
-    features_needed,
     input_messages,
     output_items,
     response_id,
@@ -40,19 +39,15 @@ from gateway.doors.responses_translate import (
 )
 from gateway.errors import (
     GatewayError,
-    InvalidRequest,
     NotFound,
-    ServiceUnavailable,
     error_response,
 )
 from gateway.providers.base import Completion, Usage
 from gateway.response_store import StoredTurn
 from quotas.core.estimate import request_estimate
-from routing.core.overrides import provider_preferences_parse
 from tenants.identity import Principal
 
 JSON = dict[str, Any]
-SESSION_HEADER = "x-session-id"
 
 
 @dataclass(frozen=True)
@@ -69,6 +64,9 @@ class ResponsesDoor:
     name = "responses"
     protocol: str | None = None
 
+    # A door of its own serves each request (``gateway/responses_intake.py``); one with no
+    # caller and no earlier turn, a deferred job's run (``gateway.doors.DOORS``): its answer
+    # is not stored.
     def __init__(
         self,
         *,
@@ -100,10 +98,6 @@ class ResponsesDoor:
         conversation = (*history, *input_messages(body["input"]))
         chat = chat_body(body, conversation)
         stream = bool(body.get("stream"))
-        try:
-            preferences = provider_preferences_parse(body.get("provider"))
-        except ValueError as exc:
-            raise InvalidRequest(f"provider: {exc}", param="provider") from None
         return ResponsesRequest(
             door=self,
             body=chat,
@@ -113,8 +107,8 @@ class ResponsesDoor:
             stream=stream,
             session_id=session,
             user=chat.get("user"),
-            preferences=preferences,
-            features=features_needed(chat, stream=stream),
+            preferences=preferences_parse(body.get("provider")),
+            features=requested_features(chat, stream=stream),
             responses_body=body,
             conversation=conversation,
             store=body.get("store") is not False,
@@ -169,31 +163,3 @@ class ResponsesDoor:
             conversation=[*request.conversation, assistant_message(response["output"])],
             response=response,
         )
-
-
-async def responses_door(request: HttpRequest, owner: Principal | None) -> ResponsesDoor:
-    """The door for one request: the caller (``owner``, None when its key did not identify:
-    the spine refuses it) and the turn its ``previous_response_id`` names, read now."""
-    previous: StoredTurn | GatewayError | None = None
-    previous_id = _previous_id(request.body) if owner is not None else None
-    if owner is not None and previous_id:
-        try:
-            previous = await response_store.turn_find(app_id=owner.app_id, id=previous_id)
-        except Exception as exc:  # the database: the spine answers it in the envelope
-            previous = ServiceUnavailable(
-                "Switchyard cannot read stored responses right now; retry shortly."
-            )
-            previous.__cause__ = exc
-    return ResponsesDoor(owner=owner, previous=previous)
-
-
-def _previous_id(raw: bytes) -> str | None:
-    """The ``previous_response_id`` of a body, if it is one; ``parse`` validates the rest."""
-    if b"previous_response_id" not in raw:  # most bodies: no second JSON parse
-        return None
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    value = body.get("previous_response_id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) and RESPONSE_ID.fullmatch(value) else None

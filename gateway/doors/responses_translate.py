@@ -343,16 +343,6 @@ def _response_format(format_: Mapping[str, Any]) -> JSON | None:
     return None
 
 
-def features_needed(chat: Mapping[str, Any], *, stream: bool) -> frozenset[str]:
-    """The capabilities (``supports``) the translated request needs from an endpoint."""
-    features = {"tools"} if chat.get("tools") else set()
-    if chat.get("response_format"):
-        features.add("response_format")
-    if stream:
-        features.add("stream")
-    return frozenset(features)
-
-
 # --- back: a chat answer as a Response -------------------------------------------------------
 
 

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from gateway.doors.base import Rendering
-from gateway.doors.responses import ResponsesDoor, _previous_id
+from gateway.doors.responses import ResponsesDoor
 from gateway.doors.responses_translate import assistant_message, output_items, response_id
 from gateway.errors import InvalidRequest, NotFound, ServiceUnavailable
 from gateway.providers.base import Completion, Usage
 from gateway.response_store import StoredTurn
+from gateway.responses_intake import previous_id_read
 
 WEATHER = {
     "type": "function",
@@ -247,7 +248,7 @@ def test_it_passes_on_why_the_earlier_turn_could_not_be_read():
     ],
 )
 def test_it_reads_the_previous_response_id_to_look_up(raw, found):
-    assert _previous_id(raw) == found
+    assert previous_id_read(raw) == found
 
 
 def test_it_answers_a_chat_completion_as_a_response():
