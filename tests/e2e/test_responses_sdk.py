@@ -371,3 +371,57 @@ def test_it_leaves_no_reservation_behind_a_client_that_leaves_mid_stream(stack):
     wait_until(
         lambda: not httpx.get(stats).json()["incidents"], timeout=5, what="the slow-down to end"
     )
+
+
+def test_it_runs_a_deferred_response_as_a_job(stack):
+    """E3: a background app's request with Prefer: respond-async is a job whose answer is the
+    Response, run by the Celery worker through the same door."""
+    indexer = sdk(stack, ACME_INDEXER)
+    accepted = indexer.responses.with_raw_response.create(
+        model="acme/chat-small", input="index me", extra_headers={"Prefer": "respond-async"}
+    )
+    assert accepted.status_code == 202
+    location = accepted.headers["Location"]
+
+    def finished():
+        job = httpx.get(
+            f"{stack.base_url}{location}", headers={"Authorization": f"Bearer {ACME_INDEXER}"}
+        ).json()
+        return job if job["status"] in ("succeeded", "failed") else None
+
+    wait_until(lambda: finished() is not None, timeout=20, what="the job to finish")
+    job = finished()
+    assert job["status"] == "succeeded"
+    body = job["response"]["body"]
+    assert body["object"] == "response" and body["output"][0]["type"] == "message"
+    assert body["usage"]["total_tokens"] > 0
+
+    # A job's run has no earlier turn to hand: continuing one is refused at once.
+    with pytest.raises(openai.BadRequestError) as refused:
+        indexer.responses.create(
+            model="acme/chat-small",
+            input="and?",
+            previous_response_id=body["id"],
+            extra_headers={"Prefer": "respond-async"},
+        )
+    assert refused.value.body["param"] == "previous_response_id"
+
+
+def test_it_refuses_an_unknown_key_in_the_envelope(stack):
+    with pytest.raises(openai.AuthenticationError) as refused:
+        sdk(stack, "sk-sy-not-a-key").responses.create(model=MODEL, input="hi")
+
+    assert refused.value.body["code"] == "invalid_api_key"
+
+
+def test_it_replays_a_response_under_its_idempotency_key(client):
+    def create():
+        return client.responses.with_raw_response.create(
+            model="acme/chat-small", input="once only", extra_headers={"Idempotency-Key": "r-1"}
+        )
+
+    first, again = create(), create()
+
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert again.parse().id == first.parse().id
+    assert client.responses.retrieve(first.parse().id).output_text == first.parse().output_text
