@@ -107,7 +107,8 @@ class StoredResponse(models.Model):
     api_key_id = models.BigIntegerField()
     generation_id = models.CharField(max_length=40)
     model = models.CharField(max_length=200)
-    # What ties the conversation's turns together for the router's stickiness (G12).
+    # The session the client named (X-Session-Id, prompt_cache_key), carried on to later
+    # turns for the router's stickiness (G12); "" when it named none.
     session = models.CharField(max_length=256, blank=True, default="")
     # The conversation up to and including this answer, as chat messages: a later turn's
     # history. The instructions are not in it: a later turn brings its own.

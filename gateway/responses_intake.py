@@ -29,7 +29,7 @@ async def responses_door(request: HttpRequest) -> ResponsesDoor:
     except GatewayError:
         return ResponsesDoor()
     previous: StoredTurn | GatewayError | None = None
-    if previous_id is not None and jobs.PREFER_ASYNC in request.headers.get("prefer", ""):
+    if previous_id is not None and jobs.PREFER_ASYNC in request.headers.get("prefer", "").lower():
         # A job's run parses its stored body again, with no earlier turn to hand.
         previous = InvalidRequest(
             "A deferred request (Prefer: respond-async) cannot continue a stored response; "

@@ -8,8 +8,7 @@ the Responses event sequence (``responses_stream``), errors in OpenAI's envelope
 A door serves one request: it is made (``gateway/responses_intake.py``) with the caller and,
 when the body names a ``previous_response_id``, that earlier turn, read before the spine runs —
 a lookup needs the caller's app and the database, which ``parse`` (synchronous, pure) has
-neither of.
-With ``store`` (the default) the answer is saved before it goes out.
+neither of. With ``store`` (the default) the answer is saved before it goes out.
 """
 
 from __future__ import annotations
@@ -37,11 +36,7 @@ from gateway.doors.responses_translate import (
     response_usage,
     responses_request_parse,
 )
-from gateway.errors import (
-    GatewayError,
-    NotFound,
-    error_response,
-)
+from gateway.errors import GatewayError, NotFound, error_response
 from gateway.providers.base import Completion, Usage
 from gateway.response_store import StoredTurn
 from quotas.core.estimate import request_estimate
@@ -159,7 +154,9 @@ class ResponsesDoor:
             owner=self.owner,
             generation_id=how.call_id,
             model=how.model,
-            session=request.session_id or response["id"],
+            # Only a session the client named is carried on: without one, the router keys a
+            # conversation by its leading messages, which every later turn repeats (G12).
+            session=request.session_id or "",
             conversation=[*request.conversation, assistant_message(response["output"])],
             response=response,
         )

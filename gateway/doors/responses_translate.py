@@ -4,9 +4,9 @@ A Responses body is validated here and translated to a chat-completions body, wh
 adapter serves: ``instructions`` become the system message, ``input`` (a string, or message,
 ``function_call`` and ``function_call_output`` items) the conversation, function tools and
 ``tool_choice`` their chat forms, ``text.format`` the ``response_format``,
-``max_output_tokens`` the ``max_completion_tokens``. An earlier turn named by
-``previous_response_id`` comes in as chat messages (``history``), put before this turn's input;
-its ``instructions`` are not carried over, as in OpenAI's API.
+``max_output_tokens`` the ``max_completion_tokens``. The earlier turns a
+``previous_response_id`` names come in as chat messages, put before this turn's input; their
+``instructions`` are not carried over, as in OpenAI's API.
 
 Back, a chat answer — its assistant message and usage — becomes the Response's ``output``
 items (``message`` with ``output_text`` or ``refusal`` parts, ``function_call``) and its

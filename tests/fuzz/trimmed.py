@@ -36,7 +36,8 @@ def trimmed(document: dict[str, Any], models: list[str]) -> dict[str, Any]:
         for operation in path.values():
             if isinstance(operation, dict):
                 operation.pop("security", None)
-    out["components"]["schemas"]["ChatCompletionRequest"]["properties"]["model"] = {"enum": models}
+    for request in ("ChatCompletionRequest", "ResponseCreateRequest"):
+        out["components"]["schemas"][request]["properties"]["model"] = {"enum": models}
     for parameter in out["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
         parameter["schema"] = {"enum": models}
     for name, schema in out["components"]["schemas"].items():

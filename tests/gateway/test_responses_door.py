@@ -13,6 +13,7 @@ from gateway.errors import InvalidRequest, NotFound, ServiceUnavailable
 from gateway.providers.base import Completion, Usage
 from gateway.response_store import StoredTurn
 from gateway.responses_intake import previous_id_read
+from routing.core.sticky import conversation_key
 
 WEATHER = {
     "type": "function",
@@ -339,3 +340,31 @@ def test_it_turns_output_back_into_the_message_a_later_turn_sends():
             {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
         ],
     }
+
+
+def test_it_lets_the_router_see_one_conversation_across_stored_turns():
+    """G12: with no session named, a conversation is keyed by its leading messages, which a
+    turn continued by previous_response_id repeats; so both turns have one key."""
+    body = {"model": "m", "input": "Plan a trip.", "instructions": "You are a travel agent."}
+    first = parse(body)
+    earlier = StoredTurn(
+        id="resp_ab",
+        conversation=[*first.conversation, {"role": "assistant", "content": "Where to?"}],
+        session="",
+    )
+    second = parse(
+        {**body, "input": "Lisbon.", "previous_response_id": "resp_ab"},
+        door=ResponsesDoor(previous=earlier),
+    )
+
+    def key(request):
+        return conversation_key(
+            tenant="1",
+            model="m",
+            session_id=request.session_id,
+            user=request.user,
+            messages=request.body["messages"],
+        )
+
+    assert first.session_id is None and second.session_id is None
+    assert key(second) == key(first) is not None

@@ -24,6 +24,10 @@ HOW = Rendering(
 UPSTREAM = SSEEvent("message", "{}")
 
 
+async def never_kept(response):
+    raise AssertionError("a broken stream's Response is not stored")
+
+
 def chunk(**delta):
     return {"choices": [{"index": 0, "delta": delta}]}
 
@@ -133,7 +137,7 @@ def test_it_ends_a_stream_cut_at_its_limit_as_incomplete():
 
 
 def test_it_ends_a_broken_stream_with_an_error_and_a_failed_response():
-    renderer = ResponsesStream({"model": "m", "input": "x"}, HOW, keep=None)
+    renderer = ResponsesStream({"model": "m", "input": "x"}, HOW, keep=never_kept)
     out = renderer.feed(UPSTREAM, [chunk(content="partial")])
     out += renderer.fail(UpstreamTimeout("The provider stopped sending."))
     bodies = events(out)
@@ -150,7 +154,7 @@ def test_it_ends_a_broken_stream_with_an_error_and_a_failed_response():
 
 
 def test_it_opens_the_stream_even_when_it_fails_before_any_output():
-    renderer = ResponsesStream({"model": "m", "input": "x"}, HOW, keep=None)
+    renderer = ResponsesStream({"model": "m", "input": "x"}, HOW, keep=never_kept)
     bodies = events(renderer.fail(UpstreamTimeout("gone")))
 
     assert [b["type"] for b in bodies] == [
