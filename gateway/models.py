@@ -90,3 +90,33 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class StoredResponse(models.Model):
+    """An answer of the Responses door (``store``, on by default as in OpenAI's API), kept for
+    ``GET /v1/responses/{id}`` and for a later turn's ``previous_response_id``.
+
+    Visible to the keys of the app that made it; deleted ``RESPONSE_RETENTION_SECONDS`` after
+    it was made (``gateway/response_store.py``). The usage is the ledger's (``generation_id``).
+    """
+
+    id = models.CharField(max_length=64, primary_key=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    tenant_id = models.BigIntegerField()
+    app_id = models.BigIntegerField()
+    api_key_id = models.BigIntegerField()
+    generation_id = models.CharField(max_length=40)
+    model = models.CharField(max_length=200)
+    # The session the client named (X-Session-Id, prompt_cache_key), carried on to later
+    # turns for the router's stickiness (G12); "" when it named none.
+    session = models.CharField(max_length=256, blank=True, default="")
+    # The conversation up to and including this answer, as chat messages: a later turn's
+    # history. The instructions are not in it: a later turn brings its own.
+    conversation = models.JSONField()
+    response = models.JSONField()  # the Response object as the client got it
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.id

@@ -34,6 +34,7 @@ from gateway.openapi_request import (
     Schema,
     schema_ref,
 )
+from gateway.openapi_responses import RESPONSE, RESPONSE_DELETED, RESPONSE_REQUEST
 
 ERROR_DESCRIPTIONS = {
     400: "Malformed or invalid request: bad JSON, a wrong type, a value out of range, a bad "
@@ -264,6 +265,59 @@ def _document() -> Schema:
                 _errors(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504),
                 [_header(name) for name in ("IdempotencyKey", "Prefer", "Workload")],
             ),
+            "/v1/responses": {
+                "post": {
+                    "operationId": "responseCreate",
+                    "description": "OpenAI's Responses API on the same spine as chat "
+                    "completions; store (on by default) keeps the answer for GET and for a "
+                    "later turn's previous_response_id.",
+                    "parameters": [
+                        _header(name) for name in ("IdempotencyKey", "Prefer", "Workload")
+                    ]
+                    + [_header("SessionId")],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": schema_ref("ResponseCreateRequest")}
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "The Response (stream: true: its server-sent events).",
+                            "content": {
+                                "application/json": {"schema": schema_ref("Response")},
+                                "text/event-stream": {"schema": STRING},
+                            },
+                        },
+                        "202": _json(schema_ref("Job"), "Deferred (Prefer: respond-async): a job."),
+                        **_errors(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504),
+                    },
+                }
+            },
+            "/v1/responses/{response_id}": {
+                "parameters": [
+                    {
+                        "name": "response_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "examples": ["resp_0123456789abcdef"]},
+                    }
+                ],
+                "get": {
+                    "operationId": "responseRetrieve",
+                    "responses": {
+                        "200": _json(schema_ref("Response"), "A stored response of this app."),
+                        **_errors(400, 401, 404, 503),
+                    },
+                },
+                "delete": {
+                    "operationId": "responseDelete",
+                    "responses": {
+                        "200": _json(schema_ref("ResponseDeleted"), "Deleted."),
+                        **_errors(400, 401, 404, 503),
+                    },
+                },
+            },
             "/v1/models": {
                 "get": {
                     "operationId": "modelsList",
@@ -380,6 +434,9 @@ def _document() -> Schema:
                 "ChatCompletion": COMPLETION,
                 "EmbeddingsRequest": EMBEDDINGS_REQUEST,
                 "Embeddings": EMBEDDINGS,
+                "ResponseCreateRequest": RESPONSE_REQUEST,
+                "Response": RESPONSE,
+                "ResponseDeleted": RESPONSE_DELETED,
                 "Job": JOB,
                 "Model": MODEL,
                 "Generation": GENERATION,

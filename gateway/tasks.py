@@ -1,8 +1,9 @@
 """Celery tasks: thin wrappers that call one service each."""
 
 from celery import shared_task
+from django.utils import timezone
 
-from gateway import job_runner, jobs, ledger
+from gateway import job_runner, jobs, ledger, response_store
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -18,3 +19,8 @@ def job_run(job_id: str) -> str:
 @shared_task(acks_late=True, ignore_result=True)
 def jobs_resume() -> int:
     return job_runner.jobs_resume()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def responses_forget() -> int:
+    return response_store.responses_forget(timezone.now())

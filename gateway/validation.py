@@ -249,13 +249,14 @@ def chat_request_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
     try:
         _CHAT_COMPLETION.run_validation(body)
     except serializers.ValidationError as exc:
-        param, message = _first_error(exc.detail)
+        param, message = first_error(exc.detail)
         raise InvalidRequest(f"{param}: {message}", param=param, code="invalid_value") from None
     return body
 
 
 def json_object_parse(raw: bytes, *, max_bytes: int) -> dict[str, Any]:
-    """A body that is one JSON object within the size and depth bounds, or InvalidRequest."""
+    """A body that is one JSON object within the size and depth bounds (every door's), or
+    InvalidRequest / BodyTooLarge."""
     if len(raw) > max_bytes:
         raise BodyTooLarge(f"Request body is larger than the limit of {max_bytes} bytes.")
     if not raw:
@@ -290,7 +291,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
+def first_error(errors: Any, path: str = "") -> tuple[str, str]:
     """The first error of a DRF error tree as (``messages[2].content``, message)."""
     if isinstance(errors, dict):
         name, value = next(iter(errors.items()))
@@ -298,11 +299,11 @@ def _first_error(errors: Any, path: str = "") -> tuple[str, str]:
             path = f"{path}[{name}]"
         elif name != "non_field_errors":
             path = f"{path}.{name}" if path else name
-        return _first_error(value, path)
+        return first_error(value, path)
     if isinstance(errors, list):
         if errors and all(isinstance(item, str) for item in errors):
             return path, str(errors[0])
         for index, item in enumerate(errors):
             if item:
-                return _first_error(item, f"{path}[{index}]")
+                return first_error(item, f"{path}[{index}]")
     return path, str(errors)

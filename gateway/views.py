@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 
-from gateway import models_api, openapi, pipeline, token_count
+from gateway import models_api, openapi, pipeline, responses_intake, token_count
 from gateway.doors.base import Door
 from gateway.doors.chat import CHAT
 from gateway.doors.embeddings import EMBEDDINGS_DOOR
@@ -41,6 +41,13 @@ async def embeddings(request: HttpRequest) -> HttpResponse | StreamingHttpRespon
     if request.method != "POST":
         return _method_not_allowed("POST")
     return await pipeline.serve(request, EMBEDDINGS_DOOR)
+
+
+@csrf_exempt
+async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await pipeline.serve(request, await responses_intake.responses_door(request))
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:

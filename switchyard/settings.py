@@ -185,10 +185,18 @@ JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 30.0)  # renewed every third 
 JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 10.0)
 # A finished job (its request and answer) is deleted this long after it finished (s).
 JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
+# A stored Responses answer (``store``) is deleted this long after it was made (s): OpenAI keeps
+# them 30 days. Old ones are looked for this often (s).
+RESPONSE_RETENTION_SECONDS = env_float("RESPONSE_RETENTION_SECONDS", 30 * 86400.0)
+RESPONSE_FORGET_INTERVAL = env_float("RESPONSE_FORGET_INTERVAL", 60.0)
 CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
     "lease-reap": {"task": "quotas.tasks.lease_reap", "schedule": LEASE_REAP_INTERVAL},
     "jobs-resume": {"task": "gateway.tasks.jobs_resume", "schedule": JOB_RESUME_INTERVAL},
+    "responses-forget": {
+        "task": "gateway.tasks.responses_forget",
+        "schedule": RESPONSE_FORGET_INTERVAL,
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from gateway import api, jobs_api, views
+from gateway import api, jobs_api, responses_api, views
 from ops.scrape import metrics_view
 
 urlpatterns = [
@@ -13,6 +13,12 @@ urlpatterns = [
     path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
     path("v1/jobs/<str:job_id>", jobs_api.JobDetail.as_view(), name="job-detail"),
+    path("v1/responses", views.responses_create, name="responses"),
+    path(
+        "v1/responses/<str:response_id>",
+        responses_api.ResponseDetail.as_view(),
+        name="response-detail",
+    ),
     path("v1/openapi.json", views.openapi_json, name="openapi"),
     path("ops/", include("ops.urls")),
     path("admin/", admin.site.urls),

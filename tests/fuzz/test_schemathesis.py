@@ -41,6 +41,7 @@ MODELS = [
 # breaks it somewhere). A chat body takes ~20–30 ms to draw from the trimmed schema.
 EXAMPLES = {
     "POST /v1/chat/completions": 750,
+    "POST /v1/responses": 400,
     "GET /v1/models": 1,  # no input: one distinct request
     "GET /v1/openapi.json": 1,
 }
@@ -74,7 +75,8 @@ def test_generated_requests_never_fail_and_leave_nothing_held(stack, published):
         print(f"  {label} {status}: {count}")
     assert not failures, f"{len(failures)} bad answers:\n" + "\n".join(failures[:20])
     operations = {label for label, _ in statuses}
-    assert len(operations) == len(published["paths"]) + 1  # /v1/jobs/{id} has GET and DELETE
+    # /v1/jobs/{id} and /v1/responses/{id} have GET and DELETE
+    assert len(operations) == len(published["paths"]) + 2
     assert sent >= 2000
     left = settle(stack)
     claimed = left.get("idempotency keys still claimed", [])

@@ -37,7 +37,12 @@ def trimmed(document: dict[str, Any], models: list[str]) -> dict[str, Any]:
         for operation in path.values():
             if isinstance(operation, dict):
                 operation.pop("security", None)
-    for request in ("ChatCompletionRequest", "EmbeddingsRequest", "MessagesRequest"):
+    for request in (
+        "ChatCompletionRequest",
+        "EmbeddingsRequest",
+        "MessagesRequest",
+        "ResponseCreateRequest",
+    ):
         out["components"]["schemas"][request]["properties"]["model"] = {"enum": models}
     for parameter in out["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
         parameter["schema"] = {"enum": models}

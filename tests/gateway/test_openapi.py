@@ -18,6 +18,7 @@ from rest_framework import fields, serializers
 from rest_framework.views import APIView
 
 from gateway import validation
+from gateway.doors.responses_translate import ResponseCreateSerializer
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.openapi import openapi_document
 from gateway.openapi_request import NAME, NO_NUL
@@ -155,3 +156,7 @@ def test_its_error_types_are_those_of_the_error_classes():
     error = SCHEMAS["ErrorEnvelope"]["properties"]["error"]
     assert set(error["properties"]["type"]["enum"]) == {c.type for c in subclasses(GatewayError)}
     assert set(error["required"]) == set(InvalidRequest("x").envelope()["error"])
+
+
+def test_its_responses_body_schema_matches_the_validators_fields_requirements_and_bounds():
+    check_serializer(ResponseCreateSerializer(), SCHEMAS["ResponseCreateRequest"], "body")
