@@ -28,7 +28,7 @@ from django.db import models
 
 from common import redis as sy_redis
 from common.faultlog import faults
-from gateway.models import Generation
+from gateway.models import Generation, StoredResponse
 from quotas.models import Reservation
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,14 @@ _CLAIM_LUA = (Path(__file__).parent / "lua" / "ledger_claim.lua").read_text()
 STALE_CLAIM_SECONDS = 30.0
 
 
-LEDGERS: dict[str, type[models.Model]] = {"generation": Generation, "reservation": Reservation}
+LEDGERS: dict[str, type[models.Model]] = {
+    "generation": Generation,
+    "reservation": Reservation,
+    "response": StoredResponse,  # the Responses door's stored answers (gateway/response_store)
+}
+# A deleted stored response is marked for this long: a row of it still queued here (claims are
+# returned after STALE_CLAIM_SECONDS) is dropped instead of stored after the delete.
+RESPONSE_DELETED_SECONDS = int(4 * STALE_CLAIM_SECONDS)
 DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
 
 
@@ -138,11 +145,26 @@ def ledger_flush(*, batch_size: int = 1000, now: float | None = None) -> int:
         record = orjson.loads(item)
         kind = record.pop("kind", "generation")
         rows[kind].append(_row(LEDGERS[kind], record))
+    rows["response"] = _not_deleted(client, rows["response"])
     for kind, batch in rows.items():
         LEDGERS[kind].objects.bulk_create(batch, ignore_conflicts=True, batch_size=500)
     client.delete(claim)
     client.zrem(claims, claim)
     return len(items)
+
+
+def response_deleted_key(response_id: str) -> str:
+    return sy_redis.key("response", "deleted", response_id)
+
+
+def _not_deleted(client: Any, responses: list[models.Model]) -> list[models.Model]:
+    """Stored responses their app deleted while their rows waited here are not stored."""
+    if not responses:
+        return responses
+    pipe = client.pipeline(transaction=False)
+    for row in responses:
+        pipe.exists(response_deleted_key(row.pk))
+    return [row for row, gone in zip(responses, pipe.execute(), strict=True) if not gone]
 
 
 def ledger_backlog(client: Any | None = None) -> int:

@@ -26,7 +26,7 @@ class ResponseDetail(FreshConnectionView, APIView):
         stored = response_store.response_find(app_id=app_id, id=response_id)
         if stored is None:
             raise _not_found(response_id)
-        return Response(stored.response)
+        return Response(stored)
 
     def delete(self, request: Request, response_id: str) -> Response:
         app_id = _app_checked(request, response_id)

@@ -189,6 +189,9 @@ JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
 # them 30 days. Old ones are looked for this often (s).
 RESPONSE_RETENTION_SECONDS = env_float("RESPONSE_RETENTION_SECONDS", 30 * 86400.0)
 RESPONSE_FORGET_INTERVAL = env_float("RESPONSE_FORGET_INTERVAL", 60.0)
+# How long a stored response is also kept in Redis, readable at once while the ledger stores
+# its row (within about a second; this covers a ledger worker a minute behind).
+RESPONSE_HOT_SECONDS = env_float("RESPONSE_HOT_SECONDS", 60.0)
 CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
     "lease-reap": {"task": "quotas.tasks.lease_reap", "schedule": LEASE_REAP_INTERVAL},
