@@ -22,10 +22,11 @@ from common.errors import GatewayError
 from gateway.doors.base import CanonicalRequest, Rendering
 from gateway.doors.chat import preferences_parse
 from gateway.doors.messages_answer import message_from_chat, message_passed_through
-from gateway.doors.messages_request import body_load, chat_body, messages_validate
+from gateway.doors.messages_request import chat_body, messages_validate
 from gateway.doors.messages_stream import MessagesStreamRenderer
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Completion, Usage
+from gateway.validation import json_object_parse
 from quotas.core.estimate import request_estimate
 
 JSON = dict[str, Any]
@@ -103,7 +104,7 @@ class MessagesDoor:
         return self._max_bytes or int(settings.MAX_REQUEST_BODY_BYTES)
 
     def parse(self, raw: bytes, headers: Mapping[str, str]) -> CanonicalRequest:
-        body = messages_validate(body_load(raw, max_bytes=self.max_bytes))
+        body = messages_validate(json_object_parse(raw, max_bytes=self.max_bytes))
         preferences = preferences_parse(body.get("provider"))
         models = body.get("models") or []
         if not (
@@ -182,7 +183,7 @@ def count_tokens_parse(raw: bytes, *, max_bytes: int) -> tuple[str, int]:
     The body is a Messages request without ``max_tokens``; the count is the same heuristic
     the broker reserves by, before any endpoint's learned correction (no endpoint is chosen).
     """
-    body = body_load(raw, max_bytes=max_bytes)
+    body = json_object_parse(raw, max_bytes=max_bytes)
     body = messages_validate({**body, "max_tokens": 1})
     return body["model"], request_estimate(chat_body(body)).input_tokens
 

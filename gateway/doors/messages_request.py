@@ -28,14 +28,12 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import BodyTooLarge, InvalidRequest
+from gateway.errors import InvalidRequest
 from gateway.validation import (
     MAX_CONTENT_PARTS,
-    MAX_JSON_DEPTH,
     MAX_MESSAGES,
     MAX_SCHEMA_BYTES,
     MAX_TOOLS,
-    _deeper_than,
 )
 
 JSON = dict[str, Any]
@@ -64,26 +62,6 @@ def _string(body: JSON, name: str, param: str, *, required: bool = False) -> str
     if not isinstance(value, str):
         raise _fail(param, "must be a string." if name in body else "this field is required.")
     return value
-
-
-def body_load(raw: bytes, *, max_bytes: int) -> JSON:
-    """The body as a JSON object, bounded in size and depth."""
-    if len(raw) > max_bytes:
-        raise BodyTooLarge(f"Request body is larger than the limit of {max_bytes} bytes.")
-    if not raw:
-        raise InvalidRequest("Request body is empty; expected a JSON object.", code="invalid_json")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"Request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
-    for name, value in body.items():
-        if _deeper_than(value, MAX_JSON_DEPTH - 1):
-            raise _fail(name, f"nested deeper than {MAX_JSON_DEPTH} levels.")
-    return body
 
 
 def _validate_block(block: Any, param: str, *, role: str) -> None:
