@@ -1,5 +1,6 @@
 """DRF authentication by API key (SPEC A3, STYLE item 2): ``Authorization: Bearer sk-sy-…``
-attaches the caller's typed ``Principal`` as ``request.auth``, or the answer is 401.
+(or ``x-api-key: sk-sy-…``, as Anthropic's clients send it, e.g. for ``/v1/models``) attaches the
+caller's typed ``Principal`` as ``request.auth``, or the answer is 401.
 
 Keys are resolved from the configuration snapshot's in-memory ``KeyIndex``, never by a database
 query per request. Where that index comes from depends on how the view is served:
@@ -30,7 +31,7 @@ from rest_framework.request import Request
 from common import redis as sy_redis
 from gateway.errors import ServiceUnavailable
 from gateway.snapshot import holder
-from tenants.identity import KeyIndex, Principal, bearer_secret, key_index_build
+from tenants.identity import KeyIndex, Principal, api_key_secret, bearer_secret, key_index_build
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ class ApiKeyUser:
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[ApiKeyUser, Principal] | None:
         header = request.META.get("HTTP_AUTHORIZATION")
-        if not header:
+        api_key = request.META.get("HTTP_X_API_KEY")
+        if not header and not api_key:
             return None  # DRF then answers 401 through the permission check
-        secret = bearer_secret(header)
+        secret = bearer_secret(header) if header else api_key_secret(api_key)
         principal = None
         if secret is not None:
             principal = key_index_for(request._request).identify(secret, now=time.time())

@@ -128,6 +128,18 @@ def test_it_refuses_a_missing_or_malformed_id(personas: Personas, params: dict[s
     assert (error["type"], error["param"]) == ("invalid_request_error", "id")
 
 
+def test_it_takes_the_key_as_anthropics_clients_send_it(personas: Personas) -> None:
+    row = web_row(personas, 3)
+
+    answer = Client().get(URL, {"id": row.id}, headers={"x-api-key": ACME_KEY})
+    wrong = Client().get(URL, {"id": row.id}, headers={"x-api-key": ACME_KEY + "x"})
+
+    assert answer.status_code == 200
+    assert answer.json()["data"]["id"] == row.id
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "invalid_api_key"
+
+
 @pytest.mark.parametrize(
     "key", [None, "sk-sy-test-nobody-000000", "not-a-key", "sk-sy-test-acme-indexer-0001x"]
 )
