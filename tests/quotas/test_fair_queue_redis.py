@@ -91,31 +91,6 @@ def admit(q: Queues, rid: str, flow: str, buckets: list[BucketSpec], **kw: Any) 
     return q.queue.admit(rid, [load.tenant_bucket(flow), *buckets], Usage(input_tokens=100), **args)
 
 
-def diagnosis(q: Queues, results: list[tuple[float, float, Any]], start: float, lag: float) -> str:
-    """What a burst that got nothing saw: the refusals' reasons, how long they took, Redis's state."""
-    first_done = min(done for _, done, _ in results) - start
-    never_entered = sum(
-        1 for _, _, r in results if isinstance(r, QueueRefusal) and r.queue_id == r.reservation_id
-    )
-    info: dict[str, Any] = {}
-    if q.kind == "redis":
-        client = redis.Redis.from_url(REDIS_URL)
-        stats = client.info()
-        info = {
-            k: stats.get(k)
-            for k in (
-                "connected_clients",
-                "used_memory_human",
-                "db0",
-                "blocked_clients",
-                "instantaneous_ops_per_sec",
-            )
-        }
-        info["slowlog"] = client.slowlog_get(5)
-        client.close()
-    return f"first answer after {first_done:.3f} s, {never_entered} refused before entering, lag {lag:.3f}, redis {info}"
-
-
 async def loop_lag(stop: asyncio.Event) -> float:
     """The worst lateness of a 10 ms timer on this event loop until ``stop``."""
     worst = 0.0
@@ -155,7 +130,6 @@ def test_it_admits_or_refuses_a_burst_by_each_deadline_and_never_beyond_capacity
         for r in refusals:
             assert r.reason in (QueueReason.DEADLINE, QueueReason.DEADLINE_UNREACHABLE), r
             assert r.retry_at >= r.at and r.queue_id, r
-        assert grants, diagnosis(q, results, start, lag)
         elapsed = max(g.created_at for g in grants) - start
         assert 100 * len(grants) <= 1000 + 1000 * elapsed + 1e-6  # capacity + refill
         # And the refill was handed out: 100 tokens every 0.1 s over the first deadlines
