@@ -114,8 +114,44 @@ class EndpointInline(TenantScopedInline, admin.TabularInline):  # type: ignore[t
     ordering = ["position"]
 
 
+class AliasesField(forms.CharField):
+    """A model's aliases as a person types them, ``claude-sonnet-4-5, gpt-4o``: the JSON list
+    the model stores (its ``clean`` checks each name and that no other model has it)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return ", ".join(str(name) for name in value)
+        return value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return [name for name in (part.strip() for part in text.split(",")) if name]
+
+
+class RouteModelForm(forms.ModelForm):  # type: ignore[type-arg]
+    aliases = AliasesField(
+        required=False,
+        help_text="Other model ids clients may send for this model, separated by commas "
+        "(e.g. claude-sonnet-4-5, gpt-4o).",
+    )
+
+    class Meta:
+        model = Model
+        fields = [
+            "slug",
+            "aliases",
+            "default_output_tokens",
+            "default_input_tokens",
+            "allow_fallbacks",
+            "fallback_model",
+            "routing_parameters",
+            "is_active",
+        ]
+
+
 @admin.register(Model)
 class RouteModelAdmin(ConfigModelAdmin):
+    form = RouteModelForm
     ordering = ["slug"]
     list_display = [
         "slug",

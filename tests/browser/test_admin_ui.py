@@ -3,7 +3,8 @@
 What only a browser sees: the pages are styled (light and dark) because the gateway serves the
 static files; the autocomplete fields work, since choosing a tenant, team, app, user or partner
 there needs the admin's JavaScript; a key's secret is shown once; a limit added in a form
-binds the next request; a tenant admin sees only their tenant; the saturation page draws a burst.
+binds the next request; a tenant admin sees only their tenant; the saturation page draws a burst;
+an alias typed on a model's page serves the next request.
 """
 
 from __future__ import annotations
@@ -291,3 +292,39 @@ def test_the_saturation_page_charts_a_burst_of_requests(
         screens.shot(page, f"16-activity-{scheme}")
         assert problems == []
         context.close()
+
+
+def test_staff_give_a_model_an_alias_and_clients_are_served_by_it(
+    ui_stack: Stack, browser: Browser, admin_password: str, screens: Screens
+) -> None:
+    context = context_new(browser, ui_stack)
+    page = context.new_page()
+    problems = problems_watch(page)
+    sign_in(page, "admin", admin_password)
+    page.goto("/admin/routing/model/?q=chat-small")
+    page.click("#result_list tbody a >> text=acme/chat-small")
+    page.fill("#id_aliases", "gpt-4o-mini, my-chat")
+    screens.shot(page, "17-model-aliases")
+    save(page)
+    assert "gpt-4o-mini, my-chat" in page.locator("#result_list").inner_text()
+    screens.shot(page, "18-model-aliases-listed")
+    assert problems == []
+    context.close()
+
+    def by_alias() -> httpx.Response:
+        return httpx.post(
+            f"{ui_stack.base_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {ACME_KEY}"},
+            json={"model": "my-chat", "messages": [{"role": "user", "content": "hello"}]},
+            timeout=30,
+        )
+
+    # The save bumped the configuration version; each gateway worker reloads on its own.
+    wait_until(lambda: by_alias().status_code == 200, timeout=10, what="the alias served")
+    answer = by_alias()
+    assert answer.headers["x-switchyard-provider"] in ("alpha", "gamma")
+    models = httpx.get(
+        f"{ui_stack.base_url}/v1/models", headers={"Authorization": f"Bearer {ACME_KEY}"}
+    ).json()["data"]
+    listed = {m["id"]: m.get("canonical_slug") for m in models}
+    assert listed["my-chat"] == listed["gpt-4o-mini"] == "acme/chat-small"
