@@ -28,8 +28,6 @@ from quotas.core.fairqueue import (
     QueueReason,
     QueueRefusal,
     Verdict,
-    bucket_sides,
-    lane_of,
     request_cost,
 )
 from quotas.core.keys import record_key
@@ -41,13 +39,14 @@ from quotas.core.model import (
     ReconcileResult,
     Usage,
 )
-from quotas.store.redis import RedisReservationStore
+from quotas.store.redis import SPEC_ARG, RedisReservationStore
 from quotas.store.wire import f_, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 SCRIPTS = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
 SEP = b"\x1f"
 MAIL_BATCH = 256
+ADMIT_SPEC_ARG = 15  # queue_admit's ARGV[16]: the spec set's definition, or ''
 # TTL of the alive key (queue_lib.lua's MAILBOX_MS): only to clean up after a dead process;
 # the time the key holds says whether the mailbox is alive.
 ALIVE_KEY_MS = 120_000
@@ -142,7 +141,8 @@ class RedisQueueStore:
         (epoch, index), (clock, retention, max_lease, limit) = self.store.lease_args(now)
         qp = queue_prefix(self.store.prefix, pool)
         rkey = record_key(self.store.prefix, buckets[0].scope, reservation_id)
-        keys = [epoch, index, rkey, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d"]
+        skey, definition = self.store.specs(buckets, at, pool)
+        keys = [epoch, index, rkey, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d", skey]
         args: list[str | bytes] = [
             clock,
             qp,
@@ -159,18 +159,15 @@ class RedisQueueStore:
             retention,
             max_lease,
             limit,
-            str(len(parts)),
+            b"",
+            *(repr(amount) for _, amount in parts),
         ]
-        sides = bucket_sides(buckets, pool)
-        for (spec, amount), side in zip(parts, sides, strict=True):
-            blob, bkey, hkey, pkey = self.store.bucket_call(spec, at)
-            keys += (bkey, hkey, pkey)
-            args += (blob, repr(amount), str(int(side)))
-        args.append(lane_of(buckets, sides))
         # Registered before the call: the verdict may reach the mailbox before the reply.
         self._pending[reservation_id] = (parts, float(lease_seconds))
         try:
-            reply = await self.store.run_script("queue_admit", keys, args)
+            reply = await self.store.call_specs(
+                "queue_admit", keys, args, ADMIT_SPEC_ARG, skey, definition
+            )
         except BaseException:
             self._pending.pop(reservation_id, None)
             raise
@@ -223,11 +220,13 @@ class RedisQueueStore:
             if actual is None:
                 return await self.store.release(grant, now=now), None
             return await self.store.reconcile(grant, actual, now=now), None
-        keys, args = self.store.settle_call(grant, actual, now)
+        keys, args, skey, definition = self.store.settle_call(grant, actual, now, pool)
         qp = queue_prefix(self.store.prefix, pool)
         keys += (f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d")
         args.append(qp)
-        settled, pumped = await self.store.run_script("queue_settle", keys, args)
+        settled, pumped = await self.store.call_specs(
+            "queue_settle", keys, args, SPEC_ARG["settle"], skey, definition
+        )
         return self.store.settle_result(grant, settled, now), self._pumped(pumped)
 
     def _alive_until(self, now: float | None) -> str:

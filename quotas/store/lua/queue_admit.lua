@@ -1,23 +1,26 @@
 -- queue_admit: grant at once when nobody waits and it fits (one round trip, like reserve.lua);
 -- otherwise join the pool's fair queue and run the pump (SPEC D2, E1, E6).
 -- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4..7] the pool's
--- qp:s, qp:h, qp:l, qp:d (queue_lib.lua); then per part i: KEYS[5+3i] bucket hash,
--- KEYS[6+3i] holders zset, KEYS[7+3i] the scope's pause key.
+-- qp:s, qp:h, qp:l, qp:d (queue_lib.lua), KEYS[8] the parts' spec key (lib.lua specs_load:
+-- per part its bucket blob, bucket hash, holders zset, scope's pause key and side — 0 shared,
+-- 1 pool, 2 own — and the request's lane in its flow, fairqueue.lane_of).
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] qp, ARGV[3] reservation id, ARGV[4] flow,
 -- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
 -- ARGV[9] lease (s), ARGV[10] mailbox key, ARGV[11] max depth, ARGV[12] flow depth,
--- ARGV[13] retention (s), ARGV[14] max lease (s), ARGV[15] expiry limit, ARGV[16] n parts,
--- then per part: bucket blob (lib.lua read_part), amount, side (0 shared, 1 pool, 2 own);
--- then ARGV[17 + 3n] its lane in the flow (fairqueue.lane_of).
+-- ARGV[13] retention (s), ARGV[14] max lease (s), ARGV[15] expiry limit, ARGV[16] the spec
+-- set's definition or '', then ARGV[16 + i] part i's amount.
 -- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
--- (waiting; the verdict comes to the mailbox), or reserve.lua's 'P' replay.
+-- (waiting; the verdict comes to the mailbox), reserve.lua's 'P' replay, or {'S'} when the
+-- spec key is unknown (nothing done).
+local specs = specs_load(KEYS[8], ARGV[16])
+if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, flow = ARGV[3], ARGV[4]
 local deadline, lease = tonumber(ARGV[8]), tonumber(ARGV[9])
 local max_depth, flow_depth = tonumber(ARGV[11]), tonumber(ARGV[12])
 local retention = tonumber(ARGV[13])
 local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[14]))
-local n = tonumber(ARGV[16])
+local n = specs[1]
 
 local rec = record_load(KEYS[3], now, retention)
 if rec then
@@ -39,13 +42,13 @@ if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} 
 
 local rows, parts = {}, {}
 for i = 1, n do
-  local at = 14 + 3 * i
-  rows[i] = {ARGV[at], tonumber(ARGV[at + 1]), KEYS[5 + 3 * i], KEYS[6 + 3 * i],
-             KEYS[7 + 3 * i], tonumber(ARGV[at + 2])}
+  local at = 3 + 5 * (i - 1)
+  rows[i] = {specs[at], tonumber(ARGV[16 + i]), specs[at + 1], specs[at + 2], specs[at + 3],
+             specs[at + 4]}
 end
 local e = {id = id, flow = flow, weight = tonumber(ARGV[5]), cost = tonumber(ARGV[6]),
            burst = tonumber(ARGV[7]), deadline = deadline, lease = lease, mailbox = ARGV[10],
-           rkey = KEYS[3], parts = rows, lane = ARGV[17 + 3 * n] or ''}
+           rkey = KEYS[3], parts = rows, lane = specs[2]}
 parts = q_parts(e)
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then

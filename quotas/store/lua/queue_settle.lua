@@ -1,15 +1,17 @@
 -- queue_settle: settle.lua (reconcile or release) and then the pool's pump, in one call, so
 -- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
 -- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
--- KEYS: settle.lua's (3 + 2n), then the pool's qp:s, qp:h, qp:l, qp:d.
--- ARGV: settle.lua's (13 + n), then qp.
--- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}.
-local n = tonumber(ARGV[13])
+-- KEYS: settle.lua's 4, then the pool's qp:s, qp:h, qp:l, qp:d.
+-- ARGV: settle.lua's 13, then qp.
+-- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}, or {'S'} when the
+-- spec key is unknown (nothing done). An empty queue costs one ZCARD after the settle.
 local settled = settle_main()
+if settled[1] == 'S' then return settled end
 local now = tonumber(settled[2])
-local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[3]))
-local Q = q_load(ARGV[14 + n])
+local Q = q_keys(ARGV[14])
 if redis.call('ZCARD', Q.d) == 0 then return {settled, q_pumped(now, INF, 0, 0, 0)} end
+Q = q_load(ARGV[14])
+local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[3]))
 local ctx = {now = now, born = born, learning_until = learning_until,
              limit = tonumber(ARGV[4]), retention = tonumber(ARGV[5]), index = KEYS[3]}
 local next_fit, granted, refused, _, depth = q_pump(Q, ctx, nil)

@@ -1,13 +1,18 @@
 -- settle: reconcile a reservation with actual usage, or release it (SPEC C6, C10), in one call.
--- KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index; then per grant part i:
--- KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
+-- KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index, KEYS[4] the grant parts'
+-- spec key (lib.lua specs_load).
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
 -- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
 -- ARGV[7..12] actual requests, input tokens, output tokens, total tokens, spend (USD),
--- cached input tokens (of the input), ARGV[13] n, then per grant part its bucket blob
--- (lib.lua read_part).
+-- cached input tokens (of the input), ARGV[13] the spec set's definition or ''.
 -- Returns {outcome, now, n, (name, estimated, actual, released, charged)*n}; outcome is
--- reconciled | released | expired | closed | unknown (the last three change nothing).
+-- reconciled | released | expired | closed | unknown (the last three change nothing); {'S'}
+-- when the spec key is unknown (nothing done).
+-- A part whose actual amount equals what it took (a request count, an exact estimate) is left
+-- as it is: settling it would change nothing (core book.settle skips it too). Concurrency is
+-- always released.
+local specs = specs_load(KEYS[4], ARGV[13])
+if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, retention = ARGV[2], tonumber(ARGV[5])
 local born = epoch(KEYS[1], now, tonumber(ARGV[3]))
@@ -26,9 +31,8 @@ if rec.expires <= now then
   return {'expired', fmt(now), 0}
 end
 local by_name = {}
-for i = 1, tonumber(ARGV[13]) do
-  local p = read_part(ARGV[13 + i])
-  p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
+for i = 1, specs[1] do
+  local p = spec_part(specs, i)
   by_name[p.name] = p
 end
 local out = {release and 'released' or 'reconciled', fmt(now), 0}
@@ -52,8 +56,10 @@ for _, row in ipairs(rec.rows) do
       out[#out + 1] = '0'
       out[#out + 1] = '0'
     else
-      local v = view(p, p.key, p.hkey, now, born, limit)
-      settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+      if actual ~= taken or p.rule == 'concurrency' then
+        local v = view(p, p.key, p.hkey, now, born, limit)
+        settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+      end
       out[#out + 1] = fmt(taken)
       out[#out + 1] = fmt(actual)
       out[#out + 1] = fmt(math.max(0, taken - actual))
