@@ -177,6 +177,27 @@ def monitor(
     return rows
 
 
+def idle(client: redis.Redis, seconds: float) -> dict:
+    """What the gateway costs Redis per second with no request in flight, just after traffic
+    (heartbeats, polling, the ledger's watch for a lost Redis)."""
+    client.config_resetstat()
+    cpu0 = client.info("cpu")
+    time.sleep(seconds)
+    stats = commandstats(client)
+    cpu1 = client.info("cpu")
+    info = client.info("stats")
+    for own in ("info", "config|resetstat", "config"):
+        stats.pop(own, None)
+    cpu = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
+    return {
+        "commands": sum(s["calls"] for s in stats.values()) / seconds,
+        "evalsha": stats.get("evalsha", {}).get("calls", 0) / seconds,
+        "cpu_us": cpu * 1e6 / seconds,
+        "bytes_in": info["total_net_input_bytes"] / seconds,
+        "breakdown": {name: s["calls"] / seconds for name, s in stats.items()},
+    }
+
+
 def database_url() -> tuple[str, PostgresCluster | None]:
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -190,12 +211,13 @@ def database_url() -> tuple[str, PostgresCluster | None]:
     return cluster.url, cluster
 
 
-def run(args: argparse.Namespace) -> list[dict]:
+def run(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     folder = Path(tempfile.mkdtemp(prefix="sy-redis-cost-"))
     server = RedisServer(folder)
     server.start()
     db_url, cluster = database_url()
     rows: list[dict] = []
+    idles: list[dict] = []
     try:
         client = redis.Redis.from_url(server.url)
         cases = [("0", unlimited_market(), 0.0, args.requests)]
@@ -219,6 +241,10 @@ def run(args: argparse.Namespace) -> list[dict]:
                     row["latency"] = latency
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "breakdown"}))
+                quiet = idle(client, args.idle_seconds)
+                quiet["latency"] = latency
+                idles.append(quiet)
+                print(json.dumps(quiet))
             finally:
                 stack.stop()
         client.close()
@@ -226,10 +252,10 @@ def run(args: argparse.Namespace) -> list[dict]:
         server.kill()
         if cluster is not None:
             cluster.destroy()
-    return rows
+    return rows, idles
 
 
-def section(rows: list[dict], args: argparse.Namespace) -> str:
+def section(rows: list[dict], idles: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"## {args.label}",
         "",
@@ -249,6 +275,19 @@ def section(rows: list[dict], args: argparse.Namespace) -> str:
             f" | {r['commands']:.1f} | {r['evalsha']:.2f} | {r['evalsha_usec']:.0f}"
             f" | {r['script_usec']:.0f}"
             f" | {r['bytes_in']:.0f} | {r['bytes_out']:.0f} | {r['errors']} |"
+        )
+    lines += [
+        "",
+        f"With no request in flight, in the {args.idle_seconds:g} s after each stack's traffic,"
+        " per second:",
+        "",
+    ]
+    for q in idles:
+        parts = ", ".join(f"{name} {calls:.1f}" for name, calls in q["breakdown"].items())
+        lines.append(
+            f"- after upstream {q['latency']}: {q['commands']:.1f} commands/s "
+            f"({q['evalsha']:.1f} EVALSHA), {q['bytes_in']:.0f} bytes/s to Redis, "
+            f"{q['cpu_us']:.0f} µs/s of Redis CPU; {parts}"
         )
     lines += ["", "Per-command breakdown (calls / request, µs / request; commands run inside "
               "scripts have their own rows, their time is inside EVALSHA's):", ""]  # fmt: skip
@@ -296,10 +335,11 @@ def main() -> None:
     parser.add_argument("--slow-requests", type=int, default=600)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--label", default="run")
     args = parser.parse_args()
-    rows = run(args)
-    text = section(rows, args)
+    rows, idles = run(args)
+    text = section(rows, idles, args)
     write(text, args.label)
     print(text)
 
