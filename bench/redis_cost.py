@@ -223,6 +223,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
         cases = [("0", unlimited_market(), 0.0, args.requests)]
         cases.append(("0.5 s", slow_market(), 1.0, args.slow_requests))
         for latency, market, scale, requests in cases:
+            client.flushall()  # each stack starts on an empty Redis
             stack = Stack(
                 database_url=db_url,
                 redis_url=server.url,
@@ -231,6 +232,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                 gateway_workers=args.workers,
                 celery=False,
                 config_edit=roomy_limits,
+                # The Redis is the benchmark's own: the production prefix, not a stack's
+                # longer one (it is in every key a request sends).
+                extra_env={"REDIS_PREFIX": "sy"},
             ).start()
             try:
                 for stream in (False, True):
@@ -309,8 +313,9 @@ def _commit() -> str:
 
 HEADER = """# Redis cost per proxied request (issue 19)
 
-`bench/redis_cost.py`: a redis-server of the benchmark's own, the gateway (uvicorn) in front of
-the provider simulator, the reference config's limits a million times larger (every request
+`bench/redis_cost.py`: a redis-server of the benchmark's own (key prefix `sy`, the default), the
+gateway (uvicorn) in front of the provider simulator, the reference config's limits a million
+times larger (every request
 reserves and settles in all of its buckets). Exactly N requests per case over 16 connections;
 figures are the counters' deltas (`CONFIG RESETSTAT` before each case) divided by N. "Redis µs"
 is the sum of `usec` over `INFO commandstats` for the commands clients sent (a command a script

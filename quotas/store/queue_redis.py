@@ -142,7 +142,9 @@ class RedisQueueStore:
         qp = queue_prefix(self.store.prefix, pool)
         rkey = record_key(self.store.prefix, buckets[0].scope, reservation_id)
         skey, definition = self.store.specs(buckets, at, pool)
-        keys = [epoch, index, rkey, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d", skey]
+        # The pool's own keys are made from qp in the script (like the entries' and lanes'):
+        # declaring them would only add bytes to every call.
+        keys = [epoch, index, rkey, skey]
         args: list[str | bytes] = [
             clock,
             qp,
@@ -221,9 +223,7 @@ class RedisQueueStore:
                 return await self.store.release(grant, now=now), None
             return await self.store.reconcile(grant, actual, now=now), None
         keys, args, skey, definition = self.store.settle_call(grant, actual, now, pool)
-        qp = queue_prefix(self.store.prefix, pool)
-        keys += (f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d")
-        args.append(qp)
+        args.append(queue_prefix(self.store.prefix, pool))
         settled, pumped = await self.store.call_specs(
             "queue_settle", keys, args, SPEC_ARG["settle"], skey, definition
         )

@@ -1,9 +1,9 @@
 -- queue_admit: grant at once when nobody waits and it fits (one round trip, like reserve.lua);
 -- otherwise join the pool's fair queue and run the pump (SPEC D2, E1, E6).
--- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4..7] the pool's
--- qp:s, qp:h, qp:l, qp:d (queue_lib.lua), KEYS[8] the parts' spec key (lib.lua specs_load:
--- per part its bucket blob, bucket hash, holders zset, scope's pause key and side — 0 shared,
--- 1 pool, 2 own — and the request's lane in its flow, fairqueue.lane_of).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4] the parts' spec key
+-- (lib.lua specs_load: per part its bucket blob, bucket hash, holders zset, scope's pause key
+-- and side — 0 shared, 1 pool, 2 own — and the request's lane in its flow, fairqueue.lane_of).
+-- The pool's qp:s, qp:h, qp:l, qp:d (queue_lib.lua) are made from qp.
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] qp, ARGV[3] reservation id, ARGV[4] flow,
 -- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
 -- ARGV[9] lease (s), ARGV[10] mailbox key, ARGV[11] max depth, ARGV[12] flow depth,
@@ -12,7 +12,7 @@
 -- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
 -- (waiting; the verdict comes to the mailbox), reserve.lua's 'P' replay, or {'S'} when the
 -- spec key is unknown (nothing done).
-local specs = specs_load(KEYS[8], ARGV[16])
+local specs = specs_load(KEYS[4], ARGV[16])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, flow = ARGV[3], ARGV[4]

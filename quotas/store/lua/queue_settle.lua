@@ -1,7 +1,7 @@
 -- queue_settle: settle.lua (reconcile or release) and then the pool's pump, in one call, so
 -- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
 -- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
--- KEYS: settle.lua's 4, then the pool's qp:s, qp:h, qp:l, qp:d.
+-- KEYS: settle.lua's 4 (the pool's keys are made from qp, as queue_admit's are).
 -- ARGV: settle.lua's 13, then qp.
 -- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}, or {'S'} when the
 -- spec key is unknown (nothing done). An empty queue costs one ZCARD after the settle.
