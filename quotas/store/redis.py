@@ -365,15 +365,6 @@ class RedisReservationStore:
         self._learn_clock(f_(reply[1]), now)
         return parse_reserve(reservation_id, reply, parts, lease)
 
-    def _grant_call(self, grant: Grant, at: float) -> tuple[list[str], list[bytes]]:
-        keys = [self._epoch, self._record_key(grant), self._index]
-        blobs: list[bytes] = []
-        for p in grant.parts:
-            blob, bkey, hkey, _ = self._bucket(p.bucket, at)
-            keys += (bkey, hkey)
-            blobs.append(blob)
-        return keys, blobs
-
     def settle_call(
         self, grant: Grant, actual: Usage | None, now: float | None, pool: str | None = None
     ) -> tuple[list[str], list[str | bytes], str, bytes]:
@@ -430,7 +421,8 @@ class RedisReservationStore:
         self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None
     ) -> RenewResult:
         lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        keys, blobs = self._grant_call(grant, self._local_now(now))
+        skey, definition = self.specs([p.bucket for p in grant.parts], self._local_now(now))
+        keys = [self._epoch, self._record_key(grant), self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             grant.reservation_id,
@@ -438,11 +430,14 @@ class RedisReservationStore:
             self._retention,
             self._max_lease,
             repr(grant.created_at),
-            str(len(blobs)),
+            b"",  # the definitions are read only to adopt a lost lease: sent when asked for
         ]
-        for blob, p in zip(blobs, grant.parts, strict=True):
-            args += (blob, repr(p.amount), repr(p.marker), "1" if p.skipped else "0")
+        for p in grant.parts:
+            args += (repr(p.amount), repr(p.marker), "1" if p.skipped else "0")
         reply = await self._call("renew", keys, args)
+        if _unknown_specs(reply):
+            args[6] = definition
+            reply = await self._call("renew", keys, args)
         return RenewResult(grant.reservation_id, Outcome(s_(reply[0])), f_(reply[1]))
 
     async def reap(self, *, now: float | None = None, limit: int = 100) -> list[ExpiredLease]:

@@ -105,3 +105,23 @@ def test_after_flushall_the_store_and_the_fair_queue_register_again(redis_server
     assert spec_keys(admin)
     runner.run(queue.close())
     runner.run(store.client.aclose())
+
+
+def test_a_renewal_asks_for_the_definitions_only_to_adopt_a_lease_lost_with_redis(
+    redis_server, runner
+):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    grant = runner.run(store.reserve("a", BUCKETS, DEMAND))
+    assert isinstance(grant, Grant)
+    runner.run(store.scripts_load())  # measured below: the renewal, not loading its script
+    admin.config_resetstat()
+    before = admin.info("stats")["total_net_input_bytes"]
+    assert runner.run(store.renew(grant)).outcome is Outcome.RENEWED
+    assert admin.info("stats")["total_net_input_bytes"] - before < 400  # no definitions
+    admin.flushall()  # the lease, the slot it held and the spec set are gone
+    assert runner.run(store.renew(grant)).outcome is Outcome.ADOPTED
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity - 1  # the stream in flight holds its slot again
+    runner.run(store.client.aclose())
