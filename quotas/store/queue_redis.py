@@ -30,7 +30,6 @@ from quotas.core.fairqueue import (
     Verdict,
     request_cost,
 )
-from quotas.core.keys import record_key
 from quotas.core.model import (
     BucketRefusal,
     BucketSpec,
@@ -140,11 +139,10 @@ class RedisQueueStore:
         at = self.store.local_now(now)
         (epoch, index), (clock, retention, max_lease, limit) = self.store.lease_args(now)
         qp = queue_prefix(self.store.prefix, pool)
-        rkey = record_key(self.store.prefix, buckets[0].scope, reservation_id)
         skey, definition = self.store.specs(buckets, at, pool)
         # The pool's own keys are made from qp in the script (like the entries' and lanes'):
         # declaring them would only add bytes to every call.
-        keys = [epoch, index, rkey, skey]
+        keys = [epoch, index, skey]
         args: list[str | bytes] = [
             clock,
             qp,

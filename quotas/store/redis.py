@@ -210,7 +210,8 @@ class RedisReservationStore:
             queue_sides = bucket_sides(buckets, pool)
             sides = [int(side) for side in queue_sides]
             lane = lane_of(buckets, queue_sides)
-        values: list[str | bytes | float | int] = [len(buckets), lane]
+        record_prefix = record_key(self.prefix, buckets[0].scope, "")
+        values: list[str | bytes | float | int] = [len(buckets), lane, record_prefix]
         for (blob, bkey, hkey, pkey), side in zip(entries, sides, strict=True):
             values += (blob, bkey, hkey, pkey, side)
         definition = msgpack_list(values)
@@ -331,12 +332,7 @@ class RedisReservationStore:
         lease: float,
     ) -> tuple[list[str], list[str | bytes], str, bytes]:
         skey, definition = self.specs([spec for spec, _ in parts], self._local_now(now))
-        keys: list[str] = [
-            self._epoch,
-            record_key(self.prefix, parts[0][0].scope, reservation_id),
-            self._index,
-            skey,
-        ]
+        keys: list[str] = [self._epoch, self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             reservation_id,
@@ -374,7 +370,7 @@ class RedisReservationStore:
         usage = actual or Usage(requests=0.0)
         specs = [p.bucket for p in grant.parts]
         skey, definition = self.specs(specs, self._local_now(now), pool)
-        keys = [self._epoch, self._record_key(grant), self._index, skey]
+        keys = [self._epoch, self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             grant.reservation_id,

@@ -1,8 +1,9 @@
 -- queue_admit: grant at once when nobody waits and it fits (one round trip, like reserve.lua);
 -- otherwise join the pool's fair queue and run the pump (SPEC D2, E1, E6).
--- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4] the parts' spec key
--- (lib.lua specs_load: per part its bucket blob, bucket hash, holders zset, scope's pause key
--- and side — 0 shared, 1 pool, 2 own — and the request's lane in its flow, fairqueue.lane_of).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] the parts' spec key (lib.lua specs_load:
+-- per part its bucket blob, bucket hash, holders zset, scope's pause key and side — 0 shared,
+-- 1 pool, 2 own —, the request's lane in its flow, fairqueue.lane_of, and the lease record's
+-- key prefix).
 -- The pool's qp:s, qp:h, qp:l, qp:d (queue_lib.lua) are made from qp.
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] qp, ARGV[3] reservation id, ARGV[4] flow,
 -- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
@@ -12,7 +13,7 @@
 -- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
 -- (waiting; the verdict comes to the mailbox), reserve.lua's 'P' replay, or {'S'} when the
 -- spec key is unknown (nothing done).
-local specs = specs_load(KEYS[4], ARGV[16])
+local specs = specs_load(KEYS[3], ARGV[16])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, flow = ARGV[3], ARGV[4]
@@ -21,8 +22,9 @@ local max_depth, flow_depth = tonumber(ARGV[11]), tonumber(ARGV[12])
 local retention = tonumber(ARGV[13])
 local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[14]))
 local n = specs[1]
+local rkey = specs[3] .. id
 
-local rec = record_load(KEYS[3], now, retention)
+local rec = record_load(rkey, now, retention)
 if rec then
   local state = rec.state
   if state == 'active' and rec.expires <= now then state = 'expired' end
@@ -42,13 +44,13 @@ if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} 
 
 local rows, parts = {}, {}
 for i = 1, n do
-  local at = 3 + 5 * (i - 1)
+  local at = 4 + 5 * (i - 1)
   rows[i] = {specs[at], tonumber(ARGV[16 + i]), specs[at + 1], specs[at + 2], specs[at + 3],
              specs[at + 4]}
 end
 local e = {id = id, flow = flow, weight = tonumber(ARGV[5]), cost = tonumber(ARGV[6]),
            burst = tonumber(ARGV[7]), deadline = deadline, lease = lease, mailbox = ARGV[10],
-           rkey = KEYS[3], parts = rows, lane = specs[2]}
+           rkey = rkey, parts = rows, lane = specs[2]}
 parts = q_parts(e)
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then

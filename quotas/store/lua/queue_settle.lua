@@ -1,7 +1,7 @@
 -- queue_settle: settle.lua (reconcile or release) and then the pool's pump, in one call, so
 -- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
 -- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
--- KEYS: settle.lua's 4 (the pool's keys are made from qp, as queue_admit's are).
+-- KEYS: settle.lua's 3 (the pool's keys are made from qp, as queue_admit's are).
 -- ARGV: settle.lua's 13, then qp.
 -- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}, or {'S'} when the
 -- spec key is unknown (nothing done). An empty queue costs one ZCARD after the settle.
@@ -13,6 +13,6 @@ if redis.call('ZCARD', Q.d) == 0 then return {settled, q_pumped(now, INF, 0, 0, 
 Q = q_load(ARGV[14])
 local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[3]))
 local ctx = {now = now, born = born, learning_until = learning_until,
-             limit = tonumber(ARGV[4]), retention = tonumber(ARGV[5]), index = KEYS[3]}
+             limit = tonumber(ARGV[4]), retention = tonumber(ARGV[5]), index = KEYS[2]}
 local next_fit, granted, refused, _, depth = q_pump(Q, ctx, nil)
 return {settled, q_pumped(now, next_fit, granted, refused, depth)}

@@ -1,6 +1,6 @@
 -- reserve: take a reservation's amounts from all its buckets or from none (SPEC C4), in one call.
--- KEYS[1] epoch hash, KEYS[2] lease record (string, in the first part's scope),
--- KEYS[3] lease index (zset: record key -> expiry), KEYS[4] the parts' spec key (lib.lua
+-- KEYS[1] epoch hash, KEYS[2] lease index (zset: record key -> expiry), KEYS[3] the parts'
+-- spec key (lib.lua
 -- specs_load: each part's bucket blob, bucket hash, holders zset and its scope's pause key).
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] lease (s),
 -- ARGV[4] record retention after expiry (s), ARGV[5] max lease (s, the learning period after
@@ -13,11 +13,12 @@
 -- {'R', now, bucket, reason, retry_at, k, (name, reason, retry_at)*k, m, (shadow
 -- refusals)*m}, or {'S'} when the spec key is unknown (nothing done). Numbers are %.17g
 -- strings ('inf' when never).
-local specs = specs_load(KEYS[4], ARGV[7])
+local specs = specs_load(KEYS[3], ARGV[7])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, lease, retention = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[5]))
+local rkey = specs[3] .. id  -- the lease record, in the first part's scope
 local n = specs[1]
 
 local function refusal_rows(out, list)
@@ -30,7 +31,7 @@ local function refusal_rows(out, list)
   return out
 end
 
-local rec = record_load(KEYS[2], now, retention)
+local rec = record_load(rkey, now, retention)
 if rec then
   local state = rec.state
   if state == 'active' and rec.expires <= now then state = 'expired' end
@@ -60,8 +61,8 @@ if not res.ok then
   return refusal_rows(out, res.shadow)
 end
 rec = record_new(id, now, expires, parts, res.taken)
-record_write(KEYS[2], rec, now, retention)
-redis.call('ZADD', KEYS[3], expires, KEYS[2])
+record_write(rkey, rec, now, retention)
+redis.call('ZADD', KEYS[2], expires, rkey)
 local out = {'G', fmt(now), n}
 for i = 1, n do
   local marker = res.taken[i][2]

@@ -1,6 +1,6 @@
 -- settle: reconcile a reservation with actual usage, or release it (SPEC C6, C10), in one call.
--- KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index, KEYS[4] the grant parts'
--- spec key (lib.lua specs_load).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] the grant parts' spec key (lib.lua
+-- specs_load; the lease record's key is made from it).
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
 -- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
 -- ARGV[7..12] actual requests, input tokens, output tokens, total tokens, spend (USD),
@@ -11,10 +11,11 @@
 -- A part whose actual amount equals what it took (a request count, an exact estimate) is left
 -- as it is: settling it would change nothing (core book.settle skips it too). Concurrency is
 -- always released.
-local specs = specs_load(KEYS[4], ARGV[13])
+local specs = specs_load(KEYS[3], ARGV[13])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
 local id, retention = ARGV[2], tonumber(ARGV[5])
+local rkey = specs[3] .. id
 local born = epoch(KEYS[1], now, tonumber(ARGV[3]))
 local limit = tonumber(ARGV[4])
 local release = ARGV[6] == '1'
@@ -23,11 +24,11 @@ local usage = {requests = tonumber(ARGV[7]), input_tokens = tonumber(ARGV[8]),
                spend = tonumber(ARGV[11]), concurrency = 0}
 local cached_input = tonumber(ARGV[12])
 
-local rec = record_load(KEYS[2], now, retention)
+local rec = record_load(rkey, now, retention)
 if not rec then return {'unknown', fmt(now), 0} end
 if rec.state ~= 'active' then return {'closed', fmt(now), 0} end
 if rec.expires <= now then
-  record_expire(KEYS[2], rec, KEYS[3], now, retention)
+  record_expire(rkey, rec, KEYS[2], now, retention)
   return {'expired', fmt(now), 0}
 end
 local by_name = {}
@@ -68,6 +69,6 @@ for _, row in ipairs(rec.rows) do
   end
 end
 rec.state = release and 'released' or 'reconciled'
-record_write(KEYS[2], rec, now, retention)
-redis.call('ZREM', KEYS[3], KEYS[2])
+record_write(rkey, rec, now, retention)
+redis.call('ZREM', KEYS[2], rkey)
 return out
