@@ -78,7 +78,12 @@ SCRIPTS = (
     "recovery",
 )
 SPEC_SETS_KEPT = 4096  # spec sets remembered per process (as registered in Redis)
-SPEC_ARG = {"reserve": 6, "settle": 12}  # where a script's ARGV holds the spec set (0-based)
+SPEC_ARG = {"reserve": 3, "settle": 9}  # where a script's ARGV holds the spec set (0-based)
+
+
+def queue_prefix(prefix: str, pool: str) -> str:
+    """A pool's fair-queue keys share the pool scope's hash tag (quotas/store/queue_redis.py)."""
+    return f"{prefix}:{{{pool}}}:q"
 
 
 def _unknown_specs(reply: Any) -> bool:
@@ -195,9 +200,11 @@ class RedisReservationStore:
     def specs(
         self, buckets: Sequence[BucketSpec], at: float, pool: str | None = None
     ) -> tuple[str, bytes]:
-        """The spec key and definition of ``buckets`` (lib.lua specs_load), cached: per part
-        its blob, bucket, holders and pause keys and its side in ``pool``'s fair queue (0
-        when not queued), then the request's lane in its flow ('' when not queued)."""
+        """The spec key and definition of ``buckets`` (lib.lua specs_load), cached: the
+        request's lane in its flow and the pool's queue prefix ('' when not queued), the lease
+        record's key prefix, this store's retention, max lease and expiry limit, then per part
+        its blob, bucket, holders and pause keys and its side in ``pool``'s fair queue (0 when
+        not queued)."""
         cache_key = (tuple(buckets), pool)
         entries = [self._bucket(spec, at) for spec in buckets]
         blobs = tuple(e[0] for e in entries)
@@ -211,7 +218,15 @@ class RedisReservationStore:
             sides = [int(side) for side in queue_sides]
             lane = lane_of(buckets, queue_sides)
         record_prefix = record_key(self.prefix, buckets[0].scope, "")
-        values: list[str | bytes | float | int] = [len(buckets), lane, record_prefix]
+        values: list[str | bytes | float | int] = [
+            len(buckets),
+            lane,
+            record_prefix,
+            "" if pool is None else queue_prefix(self.prefix, pool),
+            float(self.retention_seconds),
+            float(self.max_lease_seconds),
+            int(self.expire_limit),
+        ]
         for (blob, bkey, hkey, pkey), side in zip(entries, sides, strict=True):
             values += (blob, bkey, hkey, pkey, side)
         definition = msgpack_list(values)
@@ -337,9 +352,6 @@ class RedisReservationStore:
             self._clock_arg(now),
             reservation_id,
             repr(lease),
-            self._retention,
-            self._max_lease,
-            self._limit,
             b"",
             *(repr(amount) for _, amount in parts),
         ]
@@ -374,9 +386,6 @@ class RedisReservationStore:
         args: list[str | bytes] = [
             self._clock_arg(now),
             grant.reservation_id,
-            self._max_lease,
-            self._limit,
-            self._retention,
             "1" if actual is None else "0",
             repr(float(usage.requests)),
             repr(float(usage.input_tokens)),

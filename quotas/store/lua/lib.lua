@@ -55,8 +55,10 @@ local function read_part(blob)
 end
 
 -- A request's buckets are registered once (quotas/store/redis.py, RedisReservationStore.specs):
--- a string at their spec key, msgpack {n, lane, record key prefix, (blob, key, hkey, pkey,
--- side)*n} (the lease record is <record key prefix><reservation id>), named by a
+-- a string at their spec key, msgpack {n, lane, record key prefix, qp, retention (s), max
+-- lease (s), expiry limit, (blob, key, hkey, pkey, side)*n} (the lease record is <record key
+-- prefix><reservation id>; qp the pool's queue prefix, '' when not queued; the last three the
+-- store's settings, which every script needs), named by a
 -- digest of itself, so a call sends the key and its amounts, not the definitions. def: that
 -- definition when the caller does not know Redis has it ('' when it does). Returns nil when
 -- the key is missing (Redis restarted or flushed): the script answers {'S'} having changed
@@ -75,7 +77,7 @@ end
 -- Part i of a spec set: read_part's fields with .key, .hkey, .pkey and .sidev (the side,
 -- 0 shared, 1 pool, 2 own) set.
 local function spec_part(t, i)
-  local at = 4 + 5 * (i - 1)
+  local at = 8 + 5 * (i - 1)
   local p = read_part(t[at])
   p.blob, p.key, p.hkey, p.pkey, p.sidev = t[at], t[at + 1], t[at + 2], t[at + 3], t[at + 4]
   return p

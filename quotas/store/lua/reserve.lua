@@ -3,9 +3,9 @@
 -- spec key (lib.lua
 -- specs_load: each part's bucket blob, bucket hash, holders zset and its scope's pause key).
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] lease (s),
--- ARGV[4] record retention after expiry (s), ARGV[5] max lease (s, the learning period after
--- lost state), ARGV[6] expiry limit (holders expired per bucket and call), ARGV[7] the spec
--- set's definition or '', then ARGV[7 + i] part i's amount, in the bucket's unit.
+-- ARGV[4] the spec set's definition or '', then ARGV[4 + i] part i's amount, in the bucket's
+-- unit. From the spec set: the record retention after expiry (s), the max lease (s, the
+-- learning period after lost state), the expiry limit (holders expired per bucket and call).
 -- Returns {'G', now, n, (marker, skipped, remaining)*n, m, (name, reason, retry_at)*m} for a
 -- new grant (created = now, expires = now + lease, amounts as asked; a skipped shadow part took
 -- 0; remaining = what the bucket has left after the grant, for response metadata),
@@ -13,11 +13,11 @@
 -- {'R', now, bucket, reason, retry_at, k, (name, reason, retry_at)*k, m, (shadow
 -- refusals)*m}, or {'S'} when the spec key is unknown (nothing done). Numbers are %.17g
 -- strings ('inf' when never).
-local specs = specs_load(KEYS[3], ARGV[7])
+local specs = specs_load(KEYS[3], ARGV[4])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
-local id, lease, retention = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[5]))
+local id, lease, retention = ARGV[2], tonumber(ARGV[3]), specs[5]
+local born, learning_until = epoch(KEYS[1], now, specs[6])
 local rkey = specs[3] .. id  -- the lease record, in the first part's scope
 local n = specs[1]
 
@@ -48,12 +48,12 @@ end
 local parts = {}
 for i = 1, n do
   local p = spec_part(specs, i)
-  p.amount = tonumber(ARGV[7 + i])
+  p.amount = tonumber(ARGV[4 + i])
   parts[i] = p
 end
 local expires = now + lease
 local ctx = {now = now, born = born, learning_until = learning_until,
-             limit = tonumber(ARGV[6]), id = id, expiry = expires}
+             limit = specs[7], id = id, expiry = expires}
 local res = reserve_parts(ctx, parts)
 if not res.ok then
   local out = {'R', fmt(now), res.bucket, res.reason, fmt(res.retry)}

@@ -1,35 +1,36 @@
 -- settle: reconcile a reservation with actual usage, or release it (SPEC C6, C10), in one call.
 -- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] the grant parts' spec key (lib.lua
 -- specs_load; the lease record's key is made from it).
--- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
--- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
--- ARGV[7..12] actual requests, input tokens, output tokens, total tokens, spend (USD),
--- cached input tokens (of the input), ARGV[13] the spec set's definition or ''.
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] '1' release
+-- (actual = 0) / '0' reconcile, ARGV[4..9] actual requests, input tokens, output tokens,
+-- total tokens, spend (USD), cached input tokens (of the input), ARGV[10] the spec set's
+-- definition or ''. Max lease, expiry limit and retention come from the spec set.
 -- Returns {outcome, now, n, (name, estimated, actual, released, charged)*n}; outcome is
 -- reconciled | released | expired | closed | unknown (the last three change nothing); {'S'}
--- when the spec key is unknown (nothing done).
+-- when the spec key is unknown (nothing done). The spec set is a second value (for
+-- queue_settle; a script's reply is its first).
 -- A part whose actual amount equals what it took (a request count, an exact estimate) is left
 -- as it is: settling it would change nothing (core book.settle skips it too). Concurrency is
 -- always released.
-local specs = specs_load(KEYS[3], ARGV[13])
+local specs = specs_load(KEYS[3], ARGV[10])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
-local id, retention = ARGV[2], tonumber(ARGV[5])
+local id, retention = ARGV[2], specs[5]
 local rkey = specs[3] .. id
-local born = epoch(KEYS[1], now, tonumber(ARGV[3]))
-local limit = tonumber(ARGV[4])
-local release = ARGV[6] == '1'
-local usage = {requests = tonumber(ARGV[7]), input_tokens = tonumber(ARGV[8]),
-               output_tokens = tonumber(ARGV[9]), total_tokens = tonumber(ARGV[10]),
-               spend = tonumber(ARGV[11]), concurrency = 0}
-local cached_input = tonumber(ARGV[12])
+local born = epoch(KEYS[1], now, specs[6])
+local limit = specs[7]
+local release = ARGV[3] == '1'
+local usage = {requests = tonumber(ARGV[4]), input_tokens = tonumber(ARGV[5]),
+               output_tokens = tonumber(ARGV[6]), total_tokens = tonumber(ARGV[7]),
+               spend = tonumber(ARGV[8]), concurrency = 0}
+local cached_input = tonumber(ARGV[9])
 
 local rec = record_load(rkey, now, retention)
-if not rec then return {'unknown', fmt(now), 0} end
-if rec.state ~= 'active' then return {'closed', fmt(now), 0} end
+if not rec then return {'unknown', fmt(now), 0}, specs end
+if rec.state ~= 'active' then return {'closed', fmt(now), 0}, specs end
 if rec.expires <= now then
   record_expire(rkey, rec, KEYS[2], now, retention)
-  return {'expired', fmt(now), 0}
+  return {'expired', fmt(now), 0}, specs
 end
 local by_name = {}
 for i = 1, specs[1] do
@@ -71,4 +72,4 @@ end
 rec.state = release and 'released' or 'reconciled'
 record_write(rkey, rec, now, retention)
 redis.call('ZREM', KEYS[2], rkey)
-return out
+return out, specs
