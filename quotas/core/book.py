@@ -314,10 +314,13 @@ class Book:
             if p.skipped:
                 settlements.append(Settlement(spec.name, 0.0, a, 0.0, 0.0))
                 continue
-            # Boundaries around the settle time: a window that rolled since is still found.
-            d = self._derive(spec, now)
-            v = self._view(d.key, d.resolved, now)
-            self._write(d.key, arith.settle(v, d.resolved, now, p.amount, a, p.marker, rid))
+            if a != p.amount or spec.rule is Rule.CONCURRENCY:
+                # Exactly what it took (a request count, an exact estimate) changes nothing:
+                # left as it is, as settle.lua does (one read and one write fewer in Redis).
+                # Boundaries around the settle time: a window that rolled since is still found.
+                d = self._derive(spec, now)
+                v = self._view(d.key, d.resolved, now)
+                self._write(d.key, arith.settle(v, d.resolved, now, p.amount, a, p.marker, rid))
             released, charged = max(0.0, p.amount - a), max(0.0, a - p.amount)
             settlements.append(Settlement(spec.name, p.amount, a, released, charged))
         rec.state = "released" if actual is None else "reconciled"

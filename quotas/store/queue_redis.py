@@ -28,11 +28,8 @@ from quotas.core.fairqueue import (
     QueueReason,
     QueueRefusal,
     Verdict,
-    bucket_sides,
-    lane_of,
     request_cost,
 )
-from quotas.core.keys import record_key
 from quotas.core.model import (
     BucketRefusal,
     BucketSpec,
@@ -41,13 +38,14 @@ from quotas.core.model import (
     ReconcileResult,
     Usage,
 )
-from quotas.store.redis import RedisReservationStore
+from quotas.store.redis import SPEC_ARG, RedisReservationStore, queue_prefix
 from quotas.store.wire import f_, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 SCRIPTS = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
 SEP = b"\x1f"
 MAIL_BATCH = 256
+ADMIT_SPEC_ARG = 11  # queue_admit's ARGV[12]: the spec set's definition, or ''
 # TTL of the alive key (queue_lib.lua's MAILBOX_MS): only to clean up after a dead process;
 # the time the key holds says whether the mailbox is alive.
 ALIVE_KEY_MS = 120_000
@@ -62,11 +60,6 @@ def queue_source(name: str) -> str:
         settle = (LUA / "settle.lua").read_text()
         lib = f"{lib}\nlocal function settle_main()\n{settle}\nend\n"
     return f"{lib}\n{qlib}\n{entry}"
-
-
-def queue_prefix(prefix: str, pool: str) -> str:
-    """The pool's queue keys share the pool scope's hash tag."""
-    return f"{prefix}:{{{pool}}}:q"
 
 
 def reason_of(value: str) -> Reason | QueueReason:
@@ -139,13 +132,13 @@ class RedisQueueStore:
         """Granted at once, refused at once, or waiting (the verdict comes by ``mail``)."""
         parts = demand_parts(buckets, demand)
         at = self.store.local_now(now)
-        (epoch, index), (clock, retention, max_lease, limit) = self.store.lease_args(now)
-        qp = queue_prefix(self.store.prefix, pool)
-        rkey = record_key(self.store.prefix, buckets[0].scope, reservation_id)
-        keys = [epoch, index, rkey, f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d"]
+        (epoch, index), (clock, *_) = self.store.lease_args(now)
+        skey, definition = self.store.specs(buckets, at, pool)
+        # The pool's own keys are made from its qp in the script (like the entries' and
+        # lanes'); qp and the store's settings are in the spec set: not sent on every call.
+        keys = [epoch, index, skey]
         args: list[str | bytes] = [
             clock,
-            qp,
             reservation_id,
             flow,
             repr(float(weight)),
@@ -156,21 +149,15 @@ class RedisQueueStore:
             self.mailbox,
             str(int(max_depth)),
             str(int(flow_depth)),
-            retention,
-            max_lease,
-            limit,
-            str(len(parts)),
+            b"",
+            *(repr(amount) for _, amount in parts),
         ]
-        sides = bucket_sides(buckets, pool)
-        for (spec, amount), side in zip(parts, sides, strict=True):
-            blob, bkey, hkey, pkey = self.store.bucket_call(spec, at)
-            keys += (bkey, hkey, pkey)
-            args += (blob, repr(amount), str(int(side)))
-        args.append(lane_of(buckets, sides))
         # Registered before the call: the verdict may reach the mailbox before the reply.
         self._pending[reservation_id] = (parts, float(lease_seconds))
         try:
-            reply = await self.store.run_script("queue_admit", keys, args)
+            reply = await self.store.call_specs(
+                "queue_admit", keys, args, ADMIT_SPEC_ARG, skey, definition
+            )
         except BaseException:
             self._pending.pop(reservation_id, None)
             raise
@@ -223,11 +210,10 @@ class RedisQueueStore:
             if actual is None:
                 return await self.store.release(grant, now=now), None
             return await self.store.reconcile(grant, actual, now=now), None
-        keys, args = self.store.settle_call(grant, actual, now)
-        qp = queue_prefix(self.store.prefix, pool)
-        keys += (f"{qp}:s", f"{qp}:h", f"{qp}:l", f"{qp}:d")
-        args.append(qp)
-        settled, pumped = await self.store.run_script("queue_settle", keys, args)
+        keys, args, skey, definition = self.store.settle_call(grant, actual, now, pool)
+        settled, pumped = await self.store.call_specs(
+            "queue_settle", keys, args, SPEC_ARG["settle"], skey, definition
+        )
         return self.store.settle_result(grant, settled, now), self._pumped(pumped)
 
     def _alive_until(self, now: float | None) -> str:

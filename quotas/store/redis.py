@@ -1,6 +1,15 @@
 """The Redis reservation store: one Lua call to reserve in all of a request's buckets, one to
-reconcile or release (SPEC C4, C6). Bucket definitions travel as ARGV on every call, so Redis
-holds only levels, usage, holders, pauses and lease records; config changes need no migration.
+reconcile or release (SPEC C4, C6). Redis holds levels, usage, holders, pauses and lease
+records; bucket definitions come from the caller, so config changes need no migration.
+
+A request's buckets (their definitions, keys and, for the fair queue, sides and lane) go to
+Redis once as a *spec set*: a string named by a digest of its content (``specs``), which the
+hot scripts read by key, so a call ships the key and its amounts, not some 2 KB of
+definitions. This process remembers which sets it registered; the first call with a new set
+(a new config version, a fixed window's new boundaries) carries the definition and stores it
+in the same round trip. If Redis lost it (restarted, flushed, the set's week-long TTL ran out)
+the script answers ``{'S'}`` having changed nothing, and the call is made again with the
+definition (``_call_specs``).
 
 Scripts are ``lua/lib.lua`` + an entry file, run with EVALSHA through redis-py's ``Script``,
 which re-loads the script on NOSCRIPT (Redis restarted or ``SCRIPT FLUSH``); if the cache is
@@ -16,6 +25,7 @@ by themselves (their connections get ``Retry(NoBackoff(), 0)``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from quotas.core.book import demand_parts
+from quotas.core.fairqueue import bucket_sides, lane_of
 from quotas.core.keys import (
     bucket_key,
     epoch_key,
@@ -51,7 +62,7 @@ from quotas.core.model import (
 )
 from quotas.core.recovery import Epoch
 from quotas.core.windows import Boundaries, BoundaryCache
-from quotas.store.wire import f_, msgpack_array, parse_reserve, s_
+from quotas.store.wire import f_, msgpack_array, msgpack_list, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 CONNECTION_RETRIES = (0.0, 0.05)  # pauses before the retries after a connection error
@@ -66,6 +77,17 @@ SCRIPTS = (
     "levels",
     "recovery",
 )
+SPEC_SETS_KEPT = 4096  # spec sets remembered per process (as registered in Redis)
+SPEC_ARG = {"reserve": 3, "settle": 9}  # where a script's ARGV holds the spec set (0-based)
+
+
+def queue_prefix(prefix: str, pool: str) -> str:
+    """A pool's fair-queue keys share the pool scope's hash tag (quotas/store/queue_redis.py)."""
+    return f"{prefix}:{{{pool}}}:q"
+
+
+def _unknown_specs(reply: Any) -> bool:
+    return isinstance(reply, list) and len(reply) == 1 and reply[0] in (b"S", "S")
 
 
 def lua_source(name: str) -> str:
@@ -112,6 +134,9 @@ class RedisReservationStore:
         }
         self._bounds = BoundaryCache()
         self._specs: dict[BucketSpec, tuple[Boundaries, tuple[bytes, str, str, str]]] = {}
+        # (specs, pool) → (their blobs, spec key, definition); the spec keys Redis has
+        self._sets: dict[tuple[Any, ...], tuple[tuple[bytes, ...], str, bytes]] = {}
+        self._registered: set[str] = set()
         self._epoch = epoch_key(prefix)
         self._index = lease_index_key(prefix)
         # Redis TIME minus the local clock, learned from replies: fixed-window boundaries are
@@ -171,6 +196,69 @@ class RedisReservationStore:
 
     def _record_key(self, grant: Grant) -> str:
         return record_key(self.prefix, grant.parts[0].bucket.scope, grant.reservation_id)
+
+    def specs(
+        self, buckets: Sequence[BucketSpec], at: float, pool: str | None = None
+    ) -> tuple[str, bytes]:
+        """The spec key and definition of ``buckets`` (lib.lua specs_load), cached: the
+        request's lane in its flow and the pool's queue prefix ('' when not queued), the lease
+        record's key prefix, this store's retention, max lease and expiry limit, then per part
+        its blob, bucket, holders and pause keys and its side in ``pool``'s fair queue (0 when
+        not queued)."""
+        cache_key = (tuple(buckets), pool)
+        entries = [self._bucket(spec, at) for spec in buckets]
+        blobs = tuple(e[0] for e in entries)
+        cached = self._sets.get(cache_key)
+        if cached is not None and cached[0] == blobs:
+            return cached[1], cached[2]
+        sides = [0] * len(buckets)
+        lane = ""
+        if pool is not None:
+            queue_sides = bucket_sides(buckets, pool)
+            sides = [int(side) for side in queue_sides]
+            lane = lane_of(buckets, queue_sides)
+        record_prefix = record_key(self.prefix, buckets[0].scope, "")
+        values: list[str | bytes | float | int] = [
+            len(buckets),
+            lane,
+            record_prefix,
+            "" if pool is None else queue_prefix(self.prefix, pool),
+            float(self.retention_seconds),
+            float(self.max_lease_seconds),
+            int(self.expire_limit),
+        ]
+        for (blob, bkey, hkey, pkey), side in zip(entries, sides, strict=True):
+            values += (blob, bkey, hkey, pkey, side)
+        definition = msgpack_list(values)
+        digest = hashlib.blake2b(definition, digest_size=10).hexdigest()
+        skey = f"{self.prefix}:spec:{digest}"
+        if len(self._sets) > SPEC_SETS_KEPT:
+            self._sets.clear()
+        self._sets[cache_key] = (blobs, skey, definition)
+        return skey, definition
+
+    async def call_specs(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: list[str | bytes],
+        at: int,
+        skey: str,
+        definition: bytes,
+    ) -> Any:
+        """Run a script whose ``args[at]`` is a spec set's definition: '' when Redis has it
+        (as far as this process knows), the definition when not, and again with it when
+        the script answers {'S'} (Redis lost it; nothing was done)."""
+        args[at] = b"" if skey in self._registered else definition
+        reply = await self._call(name, keys, args)
+        if _unknown_specs(reply) and args[at] == b"":
+            args[at] = definition
+            reply = await self._call(name, keys, args)
+        if not _unknown_specs(reply):
+            if len(self._registered) > SPEC_SETS_KEPT:
+                self._registered.clear()
+            self._registered.add(skey)
+        return reply
 
     @staticmethod
     def _clock_arg(now: float | None) -> str:
@@ -243,10 +331,13 @@ class RedisReservationStore:
     def reserve_call(
         self, reservation_id: str, buckets: Sequence[BucketSpec], demand: Usage
     ) -> tuple[list[str], list[str | bytes]]:
-        """The KEYS and ARGV of one reserve call (the benchmark's no-op gets the same)."""
-        return self._reserve_call(
+        """The KEYS and ARGV of one reserve call (the benchmark's no-op gets the same), with
+        the spec set's definition in (as a first call sends it)."""
+        keys, args, _, definition = self._reserve_call(
             reservation_id, demand_parts(buckets, demand), None, float(self.lease_seconds)
         )
+        args[SPEC_ARG["reserve"]] = definition
+        return keys, args
 
     def _reserve_call(
         self,
@@ -254,27 +345,17 @@ class RedisReservationStore:
         parts: Sequence[tuple[BucketSpec, float]],
         now: float | None,
         lease: float,
-    ) -> tuple[list[str], list[str | bytes]]:
-        at = self._local_now(now)
-        keys: list[str] = [
-            self._epoch,
-            record_key(self.prefix, parts[0][0].scope, reservation_id),
-            self._index,
-        ]
+    ) -> tuple[list[str], list[str | bytes], str, bytes]:
+        skey, definition = self.specs([spec for spec, _ in parts], self._local_now(now))
+        keys: list[str] = [self._epoch, self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             reservation_id,
             repr(lease),
-            self._retention,
-            self._max_lease,
-            self._limit,
-            str(len(parts)),
+            b"",
+            *(repr(amount) for _, amount in parts),
         ]
-        for spec, amount in parts:
-            blob, bkey, hkey, pkey = self._bucket(spec, at)
-            keys += (bkey, hkey, pkey)
-            args += (blob, repr(amount))
-        return keys, args
+        return keys, args, skey, definition
 
     async def reserve(
         self,
@@ -287,32 +368,24 @@ class RedisReservationStore:
     ) -> Grant | Refusal:
         lease = float(self.lease_seconds if lease_seconds is None else lease_seconds)
         parts = demand_parts(buckets, demand)
-        keys, args = self._reserve_call(reservation_id, parts, now, lease)
-        reply = await self._call("reserve", keys, args)
+        keys, args, skey, definition = self._reserve_call(reservation_id, parts, now, lease)
+        reply = await self.call_specs("reserve", keys, args, SPEC_ARG["reserve"], skey, definition)
         self._learn_clock(f_(reply[1]), now)
         return parse_reserve(reservation_id, reply, parts, lease)
 
-    def _grant_call(self, grant: Grant, at: float) -> tuple[list[str], list[bytes]]:
-        keys = [self._epoch, self._record_key(grant), self._index]
-        blobs: list[bytes] = []
-        for p in grant.parts:
-            blob, bkey, hkey, _ = self._bucket(p.bucket, at)
-            keys += (bkey, hkey)
-            blobs.append(blob)
-        return keys, blobs
-
     def settle_call(
-        self, grant: Grant, actual: Usage | None, now: float | None
-    ) -> tuple[list[str], list[str | bytes]]:
-        """The KEYS and ARGV of settle.lua (the fair queue appends its own after them)."""
+        self, grant: Grant, actual: Usage | None, now: float | None, pool: str | None = None
+    ) -> tuple[list[str], list[str | bytes], str, bytes]:
+        """The KEYS and ARGV of settle.lua (the fair queue appends its own after them), its
+        spec key and definition (``args[SPEC_ARG["settle"]]`` is left to ``call_specs``);
+        ``pool``: the parts' sides as the queue admitted them, so one spec set serves both."""
         usage = actual or Usage(requests=0.0)
-        keys, blobs = self._grant_call(grant, self._local_now(now))
+        specs = [p.bucket for p in grant.parts]
+        skey, definition = self.specs(specs, self._local_now(now), pool)
+        keys = [self._epoch, self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             grant.reservation_id,
-            self._max_lease,
-            self._limit,
-            self._retention,
             "1" if actual is None else "0",
             repr(float(usage.requests)),
             repr(float(usage.input_tokens)),
@@ -320,10 +393,9 @@ class RedisReservationStore:
             repr(usage.amount(Dimension.TOTAL_TOKENS)),
             repr(float(usage.spend)),
             repr(float(usage.cached_input_tokens)),
-            str(len(blobs)),
-            *blobs,
+            b"",
         ]
-        return keys, args
+        return keys, args, skey, definition
 
     def settle_result(self, grant: Grant, reply: Any, now: float | None) -> ReconcileResult:
         self._learn_clock(f_(reply[1]), now)
@@ -338,8 +410,9 @@ class RedisReservationStore:
     async def _settle(
         self, grant: Grant, actual: Usage | None, now: float | None
     ) -> ReconcileResult:
-        keys, args = self.settle_call(grant, actual, now)
-        return self.settle_result(grant, await self._call("settle", keys, args), now)
+        keys, args, skey, definition = self.settle_call(grant, actual, now)
+        reply = await self.call_specs("settle", keys, args, SPEC_ARG["settle"], skey, definition)
+        return self.settle_result(grant, reply, now)
 
     async def reconcile(
         self, grant: Grant, actual: Usage, *, now: float | None = None
@@ -353,7 +426,8 @@ class RedisReservationStore:
         self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None
     ) -> RenewResult:
         lease = self.lease_seconds if lease_seconds is None else lease_seconds
-        keys, blobs = self._grant_call(grant, self._local_now(now))
+        skey, definition = self.specs([p.bucket for p in grant.parts], self._local_now(now))
+        keys = [self._epoch, self._record_key(grant), self._index, skey]
         args: list[str | bytes] = [
             self._clock_arg(now),
             grant.reservation_id,
@@ -361,11 +435,14 @@ class RedisReservationStore:
             self._retention,
             self._max_lease,
             repr(grant.created_at),
-            str(len(blobs)),
+            b"",  # the definitions are read only to adopt a lost lease: sent when asked for
         ]
-        for blob, p in zip(blobs, grant.parts, strict=True):
-            args += (blob, repr(p.amount), repr(p.marker), "1" if p.skipped else "0")
+        for p in grant.parts:
+            args += (repr(p.amount), repr(p.marker), "1" if p.skipped else "0")
         reply = await self._call("renew", keys, args)
+        if _unknown_specs(reply):
+            args[6] = definition
+            reply = await self._call("renew", keys, args)
         return RenewResult(grant.reservation_id, Outcome(s_(reply[0])), f_(reply[1]))
 
     async def reap(self, *, now: float | None = None, limit: int = 100) -> list[ExpiredLease]:

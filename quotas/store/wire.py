@@ -27,6 +27,27 @@ def msgpack_array(values: Sequence[str | float | int]) -> bytes:
     return bytes(out)
 
 
+def msgpack_list(values: Sequence[str | bytes | float | int]) -> bytes:
+    """A msgpack array that may also hold byte strings of any length (as msgpack str, which
+    Lua's cmsgpack reads as a Lua string: bytes as they are)."""
+    out = bytearray()
+    n = len(values)
+    out += bytes([0x90 | n]) if n < 16 else b"\xdc" + struct.pack(">H", n)
+    for v in values:
+        if isinstance(v, str | bytes):
+            b = v.encode() if isinstance(v, str) else v
+            if len(b) < 32:
+                out.append(0xA0 | len(b))
+            else:  # str 16 even when short: the oldest cmsgpack reads no str 8
+                out += b"\xda" + struct.pack(">H", len(b))
+            out += b
+        elif isinstance(v, int) and 0 <= v < 128:
+            out.append(v)
+        else:
+            out += b"\xcb" + struct.pack(">d", float(v))
+    return bytes(out)
+
+
 def s_(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -9,7 +9,14 @@ import orjson
 import pytest
 
 from common import redis as sy_redis
-from gateway.ledger import LedgerBuffer, ledger_backlog, ledger_flush
+from gateway.ledger import (
+    DEFLATED,
+    LedgerBuffer,
+    ledger_backlog,
+    ledger_flush,
+    record_decode,
+    record_encode,
+)
 from gateway.models import Generation
 from quotas.models import Reservation
 
@@ -133,3 +140,33 @@ def test_it_keeps_what_it_appended_only_for_a_while_and_appends_it_again_only_af
 
     assert ledger_flush() == 1
     assert list(Generation.objects.values_list("id", flat=True)) == ["gen-new"]
+
+
+@pytest.mark.django_db
+def test_records_go_to_redis_deflated_and_plain_json_ones_are_still_stored(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most of what a request sends Redis is its ledger records: they travel deflated. Records
+    queued as plain JSON (by a process from before) are stored all the same."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    buffer = LedgerBuffer()
+    record = {"kind": "generation", **_generation("gen-deflated")}
+    record["detail"] = {"route": "strategy=routing_cost; winner=alpha " * 8, "attempts": []}
+
+    async def main() -> None:
+        try:
+            buffer.records.append(record_encode(record))
+            await buffer.flush(now=100.0)
+        finally:
+            await sy_redis.async_client().aclose()
+
+    asyncio.run(main())
+    [item] = sy_redis.sync_client().lrange(sy_redis.key("ledger"), 0, -1)
+    assert item[:1] == DEFLATED and len(item) < len(orjson.dumps(record)) / 2
+    assert record_decode(item) == orjson.loads(orjson.dumps(record))
+    plain = {"kind": "generation", **_generation("gen-plain")}
+    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(plain))
+
+    assert ledger_flush() == 2
+    stored = sorted(Generation.objects.values_list("id", flat=True))
+    assert stored == ["gen-deflated", "gen-plain"]

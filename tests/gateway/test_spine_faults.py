@@ -202,7 +202,7 @@ def serve(*, stream: bool, key: str = "order-1") -> dict[str, Any]:
             )
             await ledger.ledger_drain()
             queued = await gateway_redis.async_client().lrange(gateway_redis.key("ledger"), 0, -1)
-            seen["ledger"] = [orjson.loads(item) for item in queued]
+            seen["ledger"] = [ledger.record_decode(item) for item in queued]
             again = await client.post(
                 "/v1/chat/completions",
                 {**BODY, "stream": False} if not stream else body,

@@ -160,7 +160,7 @@ def test_a_stream_cut_off_mid_send_is_settled_before_the_handler_returns(
                 for name in store.scan_iter(match=gateway_redis.key("idempotency", "*"))
             ]
             seen["ledger"] = [
-                orjson.loads(record)
+                ledger.record_decode(record)
                 for record in [
                     *ledger._buffer.records,
                     *(record for _, batch in ledger._buffer.appended for record in batch),

@@ -54,6 +54,35 @@ local function read_part(blob)
           cached_free = t[11] == 1}
 end
 
+-- A request's buckets are registered once (quotas/store/redis.py, RedisReservationStore.specs):
+-- a string at their spec key, msgpack {n, lane, record key prefix, qp, retention (s), max
+-- lease (s), expiry limit, (blob, key, hkey, pkey, side)*n} (the lease record is <record key
+-- prefix><reservation id>; qp the pool's queue prefix, '' when not queued; the last three the
+-- store's settings, which every script needs), named by a
+-- digest of itself, so a call sends the key and its amounts, not the definitions. def: that
+-- definition when the caller does not know Redis has it ('' when it does). Returns nil when
+-- the key is missing (Redis restarted or flushed): the script answers {'S'} having changed
+-- nothing, and the caller sends the definition again. A week's TTL: sets no longer used go.
+local SPEC_MS = 7 * 86400000
+local function specs_load(skey, def)
+  if def ~= '' then
+    redis.call('SET', skey, def, 'PX', SPEC_MS)
+    return cmsgpack.unpack(def)
+  end
+  local raw = redis.call('GET', skey)
+  if not raw then return nil end
+  return cmsgpack.unpack(raw)
+end
+
+-- Part i of a spec set: read_part's fields with .key, .hkey, .pkey and .sidev (the side,
+-- 0 shared, 1 pool, 2 own) set.
+local function spec_part(t, i)
+  local at = 8 + 5 * (i - 1)
+  local p = read_part(t[at])
+  p.blob, p.key, p.hkey, p.pkey, p.sidev = t[at], t[at + 1], t[at + 2], t[at + 3], t[at + 4]
+  return p
+end
+
 local function window_of(p, now)
   local b0, b1, b2, b3 = p.x1, p.x2, p.x3, p.x4
   if now < b1 then

@@ -1,25 +1,30 @@
 -- queue_admit: grant at once when nobody waits and it fits (one round trip, like reserve.lua);
 -- otherwise join the pool's fair queue and run the pump (SPEC D2, E1, E6).
--- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] lease record, KEYS[4..7] the pool's
--- qp:s, qp:h, qp:l, qp:d (queue_lib.lua); then per part i: KEYS[5+3i] bucket hash,
--- KEYS[6+3i] holders zset, KEYS[7+3i] the scope's pause key.
--- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] qp, ARGV[3] reservation id, ARGV[4] flow,
--- ARGV[5] weight, ARGV[6] cost (tokens), ARGV[7] burst (tokens), ARGV[8] deadline (epoch s),
--- ARGV[9] lease (s), ARGV[10] mailbox key, ARGV[11] max depth, ARGV[12] flow depth,
--- ARGV[13] retention (s), ARGV[14] max lease (s), ARGV[15] expiry limit, ARGV[16] n parts,
--- then per part: bucket blob (lib.lua read_part), amount, side (0 shared, 1 pool, 2 own);
--- then ARGV[17 + 3n] its lane in the flow (fairqueue.lane_of).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] the parts' spec key (lib.lua specs_load:
+-- per part its bucket blob, bucket hash, holders zset, scope's pause key and side — 0 shared,
+-- 1 pool, 2 own —, the request's lane in its flow, fairqueue.lane_of, and the lease record's
+-- key prefix).
+-- The pool's qp:s, qp:h, qp:l, qp:d (queue_lib.lua) are made from qp.
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] flow,
+-- ARGV[4] weight, ARGV[5] cost (tokens), ARGV[6] burst (tokens), ARGV[7] deadline (epoch s),
+-- ARGV[8] lease (s), ARGV[9] mailbox key, ARGV[10] max depth, ARGV[11] flow depth, ARGV[12]
+-- the spec set's definition or '', then ARGV[12 + i] part i's amount. qp, retention (s), max
+-- lease (s) and expiry limit come from the spec set.
 -- Returns {'V', verdict} (granted or refused, queue_lib.lua format), {'W', now, id, next_fit}
--- (waiting; the verdict comes to the mailbox), or reserve.lua's 'P' replay.
+-- (waiting; the verdict comes to the mailbox), reserve.lua's 'P' replay, or {'S'} when the
+-- spec key is unknown (nothing done).
+local specs = specs_load(KEYS[3], ARGV[12])
+if not specs then return {'S'} end
 local now = clock(ARGV[1])
-local id, flow = ARGV[3], ARGV[4]
-local deadline, lease = tonumber(ARGV[8]), tonumber(ARGV[9])
-local max_depth, flow_depth = tonumber(ARGV[11]), tonumber(ARGV[12])
-local retention = tonumber(ARGV[13])
-local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[14]))
-local n = tonumber(ARGV[16])
+local id, flow = ARGV[2], ARGV[3]
+local deadline, lease = tonumber(ARGV[7]), tonumber(ARGV[8])
+local max_depth, flow_depth = tonumber(ARGV[10]), tonumber(ARGV[11])
+local retention = specs[5]
+local born, learning_until = epoch(KEYS[1], now, specs[6])
+local n = specs[1]
+local rkey = specs[3] .. id
 
-local rec = record_load(KEYS[3], now, retention)
+local rec = record_load(rkey, now, retention)
 if rec then
   local state = rec.state
   if state == 'active' and rec.expires <= now then state = 'expired' end
@@ -33,19 +38,19 @@ if rec then
   return out
 end
 
-local Q = q_load(ARGV[2])
+local Q = q_load(specs[4])
 local depth = redis.call('ZCARD', Q.d)
 if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} end
 
 local rows, parts = {}, {}
 for i = 1, n do
-  local at = 14 + 3 * i
-  rows[i] = {ARGV[at], tonumber(ARGV[at + 1]), KEYS[5 + 3 * i], KEYS[6 + 3 * i],
-             KEYS[7 + 3 * i], tonumber(ARGV[at + 2])}
+  local at = 8 + 5 * (i - 1)
+  rows[i] = {specs[at], tonumber(ARGV[12 + i]), specs[at + 1], specs[at + 2], specs[at + 3],
+             specs[at + 4]}
 end
-local e = {id = id, flow = flow, weight = tonumber(ARGV[5]), cost = tonumber(ARGV[6]),
-           burst = tonumber(ARGV[7]), deadline = deadline, lease = lease, mailbox = ARGV[10],
-           rkey = KEYS[3], parts = rows, lane = ARGV[17 + 3 * n] or ''}
+local e = {id = id, flow = flow, weight = tonumber(ARGV[4]), cost = tonumber(ARGV[5]),
+           burst = tonumber(ARGV[6]), deadline = deadline, lease = lease, mailbox = ARGV[9],
+           rkey = rkey, parts = rows, lane = specs[2]}
 parts = q_parts(e)
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then
@@ -55,7 +60,7 @@ end
 if deadline <= now then return {'V', q_refusal(now, 'deadline', '', now, id, {})} end
 
 local ctx = {now = now, born = born, learning_until = learning_until,
-             limit = tonumber(ARGV[15]), retention = retention, index = KEYS[2]}
+             limit = specs[7], retention = retention, index = KEYS[2]}
 local no_wait = max_depth <= 0 or flow_depth <= 0
 if depth == 0 then
   local res = reserve_parts(q_ctx(ctx, e), parts)

@@ -1,16 +1,18 @@
 -- queue_settle: settle.lua (reconcile or release) and then the pool's pump, in one call, so
 -- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
 -- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
--- KEYS: settle.lua's (3 + 2n), then the pool's qp:s, qp:h, qp:l, qp:d.
--- ARGV: settle.lua's (13 + n), then qp.
--- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}.
-local n = tonumber(ARGV[13])
-local settled = settle_main()
+-- KEYS: settle.lua's 3 (the pool's keys are made from qp, as queue_admit's are).
+-- ARGV: settle.lua's 10 (the pool's qp and the store's settings come from the spec set).
+-- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}, or {'S'} when the
+-- spec key is unknown (nothing done). An empty queue costs one ZCARD after the settle.
+local settled, specs = settle_main()
+if settled[1] == 'S' then return settled end
 local now = tonumber(settled[2])
-local born, learning_until = epoch(KEYS[1], now, tonumber(ARGV[3]))
-local Q = q_load(ARGV[14 + n])
+local Q = q_keys(specs[4])
 if redis.call('ZCARD', Q.d) == 0 then return {settled, q_pumped(now, INF, 0, 0, 0)} end
+Q = q_load(specs[4])
+local born, learning_until = epoch(KEYS[1], now, specs[6])
 local ctx = {now = now, born = born, learning_until = learning_until,
-             limit = tonumber(ARGV[4]), retention = tonumber(ARGV[5]), index = KEYS[3]}
+             limit = specs[7], retention = specs[5], index = KEYS[2]}
 local next_fit, granted, refused, _, depth = q_pump(Q, ctx, nil)
 return {settled, q_pumped(now, next_fit, granted, refused, depth)}

@@ -1,10 +1,12 @@
 -- renew: extend a live lease (streams, long requests), or adopt one lost with the store's
--- state (SPEC C9, C10). KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index; then
--- per grant part i: KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
+-- state (SPEC C9, C10). KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index,
+-- KEYS[4] the grant parts' spec key (lib.lua specs_load), read only to adopt.
 -- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] lease (s),
 -- ARGV[4] retention (s), ARGV[5] max lease (s), ARGV[6] the grant's created time,
--- ARGV[7] n parts, then per part: bucket blob (lib.lua read_part), amount taken, marker,
--- skipped (0/1). Returns {outcome, expires}: renewed | adopted | expired | closed | unknown.
+-- ARGV[7] the spec set's definition or '', then per part i: ARGV[5 + 3i] amount taken,
+-- ARGV[6 + 3i] marker, ARGV[7 + 3i] skipped (0/1).
+-- Returns {outcome, expires}: renewed | adopted | expired | closed | unknown; {'S'} when it
+-- would adopt and the spec key is unknown (nothing done): the caller sends the definition.
 local now = clock(ARGV[1])
 local id, lease, retention = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local born = epoch(KEYS[1], now, tonumber(ARGV[5]))
@@ -25,13 +27,14 @@ local rec = record_load(KEYS[2], now, retention)
 if not rec then
   if born <= created then return {'unknown', '0'} end
   -- Lost in a restart while in flight: hold its concurrency again, no capacity check.
+  local specs = specs_load(KEYS[4], ARGV[7])
+  if not specs then return {'S'} end
   local parts, taken = {}, {}
-  for i = 1, tonumber(ARGV[7]) do
-    local at = 4 + 4 * i
-    local p = read_part(ARGV[at])
-    p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
-    local amount, marker, skipped = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-      tonumber(ARGV[at + 3])
+  for i = 1, specs[1] do
+    local at = 5 + 3 * i
+    local p = spec_part(specs, i)
+    local amount, marker, skipped = tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+      tonumber(ARGV[at + 2])
     if p.rule == 'concurrency' and skipped == 0 then rehold(p.key, p.hkey, amount, true) end
     parts[i] = p
     taken[i] = {amount, marker, skipped}

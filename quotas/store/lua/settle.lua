@@ -1,34 +1,40 @@
 -- settle: reconcile a reservation with actual usage, or release it (SPEC C6, C10), in one call.
--- KEYS[1] epoch hash, KEYS[2] lease record, KEYS[3] lease index; then per grant part i:
--- KEYS[2i+2] bucket hash, KEYS[2i+3] holders zset.
--- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] max lease (s),
--- ARGV[4] expiry limit, ARGV[5] retention (s), ARGV[6] '1' release (actual = 0) / '0' reconcile,
--- ARGV[7..12] actual requests, input tokens, output tokens, total tokens, spend (USD),
--- cached input tokens (of the input), ARGV[13] n, then per grant part its bucket blob
--- (lib.lua read_part).
+-- KEYS[1] epoch hash, KEYS[2] lease index, KEYS[3] the grant parts' spec key (lib.lua
+-- specs_load; the lease record's key is made from it).
+-- ARGV[1] now (epoch s; '' = Redis TIME), ARGV[2] reservation id, ARGV[3] '1' release
+-- (actual = 0) / '0' reconcile, ARGV[4..9] actual requests, input tokens, output tokens,
+-- total tokens, spend (USD), cached input tokens (of the input), ARGV[10] the spec set's
+-- definition or ''. Max lease, expiry limit and retention come from the spec set.
 -- Returns {outcome, now, n, (name, estimated, actual, released, charged)*n}; outcome is
--- reconciled | released | expired | closed | unknown (the last three change nothing).
+-- reconciled | released | expired | closed | unknown (the last three change nothing); {'S'}
+-- when the spec key is unknown (nothing done). The spec set is a second value (for
+-- queue_settle; a script's reply is its first).
+-- A part whose actual amount equals what it took (a request count, an exact estimate) is left
+-- as it is: settling it would change nothing (core book.settle skips it too). Concurrency is
+-- always released.
+local specs = specs_load(KEYS[3], ARGV[10])
+if not specs then return {'S'} end
 local now = clock(ARGV[1])
-local id, retention = ARGV[2], tonumber(ARGV[5])
-local born = epoch(KEYS[1], now, tonumber(ARGV[3]))
-local limit = tonumber(ARGV[4])
-local release = ARGV[6] == '1'
-local usage = {requests = tonumber(ARGV[7]), input_tokens = tonumber(ARGV[8]),
-               output_tokens = tonumber(ARGV[9]), total_tokens = tonumber(ARGV[10]),
-               spend = tonumber(ARGV[11]), concurrency = 0}
-local cached_input = tonumber(ARGV[12])
+local id, retention = ARGV[2], specs[5]
+local rkey = specs[3] .. id
+local born = epoch(KEYS[1], now, specs[6])
+local limit = specs[7]
+local release = ARGV[3] == '1'
+local usage = {requests = tonumber(ARGV[4]), input_tokens = tonumber(ARGV[5]),
+               output_tokens = tonumber(ARGV[6]), total_tokens = tonumber(ARGV[7]),
+               spend = tonumber(ARGV[8]), concurrency = 0}
+local cached_input = tonumber(ARGV[9])
 
-local rec = record_load(KEYS[2], now, retention)
-if not rec then return {'unknown', fmt(now), 0} end
-if rec.state ~= 'active' then return {'closed', fmt(now), 0} end
+local rec = record_load(rkey, now, retention)
+if not rec then return {'unknown', fmt(now), 0}, specs end
+if rec.state ~= 'active' then return {'closed', fmt(now), 0}, specs end
 if rec.expires <= now then
-  record_expire(KEYS[2], rec, KEYS[3], now, retention)
-  return {'expired', fmt(now), 0}
+  record_expire(rkey, rec, KEYS[2], now, retention)
+  return {'expired', fmt(now), 0}, specs
 end
 local by_name = {}
-for i = 1, tonumber(ARGV[13]) do
-  local p = read_part(ARGV[13 + i])
-  p.key, p.hkey = KEYS[2 * i + 2], KEYS[2 * i + 3]
+for i = 1, specs[1] do
+  local p = spec_part(specs, i)
   by_name[p.name] = p
 end
 local out = {release and 'released' or 'reconciled', fmt(now), 0}
@@ -52,8 +58,10 @@ for _, row in ipairs(rec.rows) do
       out[#out + 1] = '0'
       out[#out + 1] = '0'
     else
-      local v = view(p, p.key, p.hkey, now, born, limit)
-      settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+      if actual ~= taken or p.rule == 'concurrency' then
+        local v = view(p, p.key, p.hkey, now, born, limit)
+        settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+      end
       out[#out + 1] = fmt(taken)
       out[#out + 1] = fmt(actual)
       out[#out + 1] = fmt(math.max(0, taken - actual))
@@ -62,6 +70,6 @@ for _, row in ipairs(rec.rows) do
   end
 end
 rec.state = release and 'released' or 'reconciled'
-record_write(KEYS[2], rec, now, retention)
-redis.call('ZREM', KEYS[3], KEYS[2])
-return out
+record_write(rkey, rec, now, retention)
+redis.call('ZREM', KEYS[2], rkey)
+return out, specs

@@ -1,0 +1,105 @@
+"""The broker's two scripts for one proxied request, alone (issue 19): the reference config's
+eight buckets of one request (app and provider concurrency, a tenant's 5-hour spend window and
+daily tokens, the provider's per-minute input, output and request refills and daily requests),
+admitted through the fair queue's fast path and reconciled, back to back, on a redis-server of
+its own. Prints Redis µs per request and per EVALSHA, commands (those run inside the scripts
+included) and bytes sent per request: the gateway's figures (bench/redis_cost.py) without the
+HTTP stack, so a change to the Lua can be measured in seconds.
+
+    .venv/bin/python bench/redis_script_cost.py [--requests 2000] [--buckets 0,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+import redis.asyncio
+
+from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage, Window
+from quotas.queue import BrokerQueue
+from quotas.store.queue_redis import RedisQueueStore
+from quotas.store.redis import RedisReservationStore
+from tests.stack import RedisServer
+
+POOL = "provider:1"
+BUCKETS = [
+    BucketSpec("app:acme/search/web:concurrency", "app:1", Dimension.CONCURRENCY,
+               Rule.CONCURRENCY, 1e9),
+    BucketSpec("tenant:acme:spend:rolling-5h", "tenant:1", Dimension.SPEND,
+               Rule.ROLLING_WINDOW, 5e7, 18000),
+    BucketSpec("tenant:acme:total_tokens:day", "tenant:1", Dimension.TOTAL_TOKENS,
+               Rule.FIXED_WINDOW, 5e12, window=Window.DAY),
+    BucketSpec("provider:alpha:concurrency", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 1e9),
+    BucketSpec("provider:alpha:input_tokens:1m", POOL, Dimension.INPUT_TOKENS, Rule.REFILL,
+               4e11, 60),
+    BucketSpec("provider:alpha:output_tokens:1m", POOL, Dimension.OUTPUT_TOKENS, Rule.REFILL,
+               8e10, 60),
+    BucketSpec("provider:alpha:requests:1m", POOL, Dimension.REQUESTS, Rule.REFILL, 1e10, 60),
+    BucketSpec("provider:alpha:requests:day", POOL, Dimension.REQUESTS, Rule.FIXED_WINDOW,
+               1e12, window=Window.DAY),
+]  # fmt: skip
+DEMAND = Usage(requests=1, input_tokens=16, output_tokens=16, spend=6.4e-6, concurrency=1)
+ACTUAL = Usage(requests=1, input_tokens=18, output_tokens=16, spend=6.6e-6, concurrency=1)
+
+
+async def run(requests: int, buckets: list[BucketSpec]) -> dict[str, float]:
+    server = RedisServer(Path(tempfile.mkdtemp(prefix="sy-script-cost-")))
+    server.start()
+    try:
+        client = redis.asyncio.Redis.from_url(server.url)
+        store = RedisReservationStore(client, prefix="sy")
+        await store.bootstrap()
+        queue = BrokerQueue(RedisQueueStore(store))
+
+        async def one() -> None:
+            grant = await queue.admit(
+                uuid.uuid4().hex, buckets, DEMAND, pool=POOL, flow="1/interactive",
+                weight=8.0, deadline=store.local_now() + 10, max_depth=0, flow_depth=0,
+            )  # fmt: skip
+            assert isinstance(grant, Grant), grant
+            await queue.reconcile(grant, ACTUAL)
+
+        for _ in range(50):
+            await one()
+        admin = redis.Redis.from_url(server.url)
+        admin.config_resetstat()
+        for _ in range(requests):
+            await one()
+        stats = {k.removeprefix("cmdstat_"): v for k, v in admin.info("commandstats").items()}
+        sent = admin.info("stats")["total_net_input_bytes"]
+        stats.pop("config|resetstat", None)
+        stats.pop("info", None)
+        evalsha = stats["evalsha"]
+        admin.close()
+        await client.aclose()
+        return {
+            "µs / request": evalsha["usec"] / requests,
+            "µs / EVALSHA": evalsha["usec_per_call"],
+            "EVALSHA / request": evalsha["calls"] / requests,
+            "commands / request": sum(s["calls"] for s in stats.values()) / requests,
+            "bytes / request": sent / requests,
+        }
+    finally:
+        server.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--buckets", default="", help="indexes into BUCKETS (default: all)")
+    args = parser.parse_args()
+    chosen = [BUCKETS[int(i)] for i in args.buckets.split(",")] if args.buckets else BUCKETS
+    for name, value in asyncio.run(run(args.requests, chosen)).items():
+        print(f"{name}: {value:.1f}")
+
+
+if __name__ == "__main__":
+    main()
