@@ -1,6 +1,6 @@
 """The G16 switchback experiment on the reference market: the acceptance run and its checks.
 
-Run: .venv/bin/python bench/switchback.py [--scale 1] [--aa-scale 0.25] [--light-load 0.3] [--pure]
+Run: .venv/bin/python bench/switchback.py [--scale 1] [--aa-scale 1] [--skip-saturated] [--pure]
 Writes bench/results/switchback.md, and plots and result JSON under bench/results/switchback/.
 
 Three runs, each the same as a ``manage.py switchback`` command (printed in the report), on the
@@ -8,8 +8,8 @@ cores compiled by mypyc unless ``--pure`` (the same results; the wall time is th
 1. the reference week (config/switchyard.yaml + config/market.yaml), new vs old router — at
    scale 1 this is the acceptance run;
 2. the A/A check: the new router in both arms, every CI must contain 0;
-3. a sensitivity run: the same market with the traffic section's rates × ``--light-load``,
-   where the providers' capacity is no longer exhausted at every hour of the day.
+3. the saturated week (config/market-saturated.yaml: the same providers, 3.3 × the traffic),
+   where capacity, not ranking, decides who is served: the broker's stress case.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
@@ -39,6 +37,7 @@ RESULTS = ROOT / "bench" / "results"
 OUT = RESULTS / "switchback"
 CONFIG = "config/switchyard.yaml"
 MARKET = "config/market.yaml"
+SATURATED = "config/market-saturated.yaml"
 
 
 def command(config: str, market: str, scale: float, extra: str = "") -> str:
@@ -57,26 +56,11 @@ def run(label: str, options: Options) -> Run:
     return result
 
 
-def light_market(load: float) -> Path:
-    """The reference market with every traffic rate (routes and whales) × ``load``."""
-    data = yaml.safe_load((ROOT / MARKET).read_text())
-    for route in data["traffic"]["models"].values():
-        route["requests_per_minute"]["mean"] = round(route["requests_per_minute"]["mean"] * load)
-    for whale in data["traffic"].get("whales", []):
-        whale["requests_per_minute"] = round(whale["requests_per_minute"] * load)
-    path = OUT / f"market-load-{load:g}.yaml"
-    path.write_text(
-        f"# config/market.yaml with the traffic rates × {load:g} (bench/switchback.py)\n"
-        + yaml.safe_dump(data, sort_keys=False)
-    )
-    return path
-
-
-def demand_lines() -> list[str]:
-    """The reference market's demand against the gateway-side capacity, from the two files."""
+def demand_lines(path: str) -> list[str]:
+    """A market's demand (routes' requests and input tokens per minute), from its file."""
     from simulator.model import parse_market_text
 
-    market = parse_market_text((ROOT / MARKET).read_text())
+    market = parse_market_text((ROOT / path).read_text())
     assert market.traffic is not None
     lines = [
         "| route | requests/min (mean, peak) | input tokens/request (mean) "
@@ -121,10 +105,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--aa-scale", type=float, default=0.25)
-    parser.add_argument("--light-load", type=float, default=0.3)
+    parser.add_argument("--aa-scale", type=float, default=1.0)
     parser.add_argument("--skip-aa", action="store_true")
-    parser.add_argument("--skip-light", action="store_true")
+    parser.add_argument("--skip-saturated", action="store_true")
     parser.add_argument("--pure", action="store_true", help="run the cores as Python")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -141,26 +124,24 @@ def main() -> None:
                                 arms=("routing_cost", "routing_cost"), compiled=build))  # fmt: skip
         (OUT / "aa.json").write_text(json.dumps(aa.result, indent=2, sort_keys=True))
 
-    light = light_path = None
-    if not args.skip_light:
-        light_path = light_market(args.light_load)
-        market = str(light_path.relative_to(ROOT))
-        light = run("light", Options(CONFIG, market, scale=1.0, compiled=build))
-        (OUT / "light.json").write_text(json.dumps(light.result, indent=2, sort_keys=True))
-        plots += plots_write(light, OUT, prefix="light-")
+    saturated = None
+    if not args.skip_saturated:
+        saturated = run("saturated", Options(CONFIG, SATURATED, scale=1.0, compiled=build))
+        (OUT / "saturated.json").write_text(json.dumps(saturated.result, indent=2, sort_keys=True))
+        plots += plots_write(saturated, OUT, prefix="saturated-")
 
-    write_report(args, reference, aa, light, light_path, plots)
+    write_report(args, reference, aa, saturated, plots)
 
 
-def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_path, plots):
+def write_report(args, reference: Run, aa: Run | None, saturated: Run | None, plots):
     from simulator.switchback.report import _table
 
     exp = reference.result["experiment"]
     out = [
         "# Switchback experiment on the reference market (SPEC G16)",
         "",
-        f"`bench/switchback.py --scale {args.scale:g} --aa-scale {args.aa_scale:g} "
-        f"--light-load {args.light_load:g}` on {platform.machine()}, "
+        f"`bench/switchback.py --scale {args.scale:g} --aa-scale {args.aa_scale:g}` "
+        f"on {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; {args.cores}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}.",
         "",
@@ -208,28 +189,29 @@ def write_report(args, reference: Run, aa: Run | None, light: Run | None, light_
             *checks(aa.result),
             "",
         ]
-    if light is not None and light_path is not None:
+    if saturated is not None:
         out += [
-            f"## 3. Sensitivity: the same market at {args.light_load:g} × the traffic",
+            "## 3. Saturated week: the same providers, 3.3 × the traffic",
             "",
             "```",
-            command(CONFIG, str(light_path.relative_to(ROOT)), 1.0),
+            command(CONFIG, SATURATED, 1.0),
             "```",
             "",
-            f"Wall time {light.wall_s:.0f} s, {light.requests:,} requests.",
+            f"Wall time {saturated.wall_s:.0f} s, {saturated.requests:,} requests.",
             "",
-            *_table(light.result["overall"], with_targets=True),
+            *_table(saturated.result["overall"], with_targets=False),
             "",
         ]
-        for model, estimate in light.result["per_model"].items():
+        for model, estimate in saturated.result["per_model"].items():
             out += [f"### {model}", "", *_table(estimate, with_targets=False), ""]
         out += [
             f"![{Path(p).stem}]({Path(p).relative_to(RESULTS)})"
             for p in plots
-            if "light-" in str(p)
+            if "saturated-" in str(p)
         ]
         out.append("")
-    out += ["## Demand of the reference market", "", *demand_lines(), ""]
+    out += ["## Demand of the reference market", "", *demand_lines(MARKET), ""]
+    out += ["## Demand of the saturated market", "", *demand_lines(SATURATED), ""]
     # The written findings (bench/results/switchback-notes.md) come right after the heading.
     notes = RESULTS / "switchback-notes.md"
     if notes.exists():

@@ -189,6 +189,7 @@ class _Writer:
                     "aliases": spec.aliases,
                     "default_output_tokens": spec.default_output_tokens,
                     "default_input_tokens": spec.default_input_tokens,
+                    "max_cost_premium": spec.max_cost_premium,
                     "routing_parameters": spec.routing,
                     "allow_fallbacks": spec.allow_fallbacks,
                     "is_active": spec.is_active,

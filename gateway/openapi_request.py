@@ -166,6 +166,15 @@ PROVIDER_PREFERENCES: Schema = {
         },
         "preferred_min_throughput": schema_ref("Percentiles"),
         "preferred_max_latency": schema_ref("Percentiles"),
+        "max_cost_premium": {
+            "type": ["number", "null"],
+            "minimum": 0,
+            "description": (
+                "Cost guard (not OpenRouter's): the expected price of the router's traffic mix "
+                "at most this fraction above the cheapest eligible endpoint's (0.06 = +6 %); "
+                "null: the model's bound."
+            ),
+        },
     },
 }
 # A number (the p50), or percentiles of which the first given is compared (p50 first).

@@ -134,6 +134,7 @@ def catalogue_build() -> Catalogue:
                 params=routing_parameters(m.routing_parameters),
                 default_output_tokens=float(m.default_output_tokens),
                 default_input_tokens=m.default_input_tokens,
+                max_cost_premium=float(m.max_cost_premium),
             ),
         )
     return Catalogue(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -108,10 +109,22 @@ class Model(ConfigRules, models.Model):
         blank=True,
         help_text='Other model ids clients may send for this model, e.g. ["claude-sonnet-4-5"].',
     )
+    # Issue 17: the cost guard's bound on the routing-cost shares' expected price premium.
+    max_cost_premium = models.DecimalField(
+        max_digits=6,
+        decimal_places=4,
+        default=Decimal("0.06"),
+        help_text=(
+            "Cost guard: the traffic mix's expected price at most this fraction above the "
+            "cheapest eligible endpoint's (0.06 = +6 %); a request's provider.max_cost_premium "
+            "replaces it."
+        ),
+    )
     is_active = models.BooleanField(default=True)
 
     config_rules = {
         "slug": model_slug,
+        "max_cost_premium": exact(non_negative_number),
         "aliases": list_of(model_slug),
         "default_output_tokens": positive_int,
         "default_input_tokens": positive_int,

@@ -36,3 +36,6 @@ class ModelConfig:
     params: RoutingParameters = field(default_factory=RoutingParameters)
     default_output_tokens: float = 400.0  # C2: output estimate before any traffic was seen
     default_input_tokens: float | None = None  # None: params.default_input_tokens
+    # The cost guard (issue 17): the traffic mix's expected price at most this much above the
+    # cheapest eligible endpoint's (0.06 = +6 %); a request's provider.max_cost_premium wins.
+    max_cost_premium: float = 0.06

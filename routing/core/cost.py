@@ -7,9 +7,18 @@ For endpoint e and a request of estimated input I and output O tokens (prices pe
     attempt_e = price_e + λ·wait_e + μ·ttft_e + r_e·λ·(t429_e + P)     G4–G6
     cost_e    = attempt_e / ((1 − f_e)·(1 − q_e))                      G7, G8
 
-λ (USD per second of waiting) = time_value × median over the model's endpoints of the
-effective price of a typical request ÷ median of its end-to-end time, so it is in the model's
-own units; μ = ttft_weight × λ; P = rate_limit_penalty_s; r_e the 429 rate; f_e the provider
+λ (USD per second of waiting) is in the model's own units, anchored on its cheapest endpoint:
+
+    λ = time_value × min_e price_e(Ī, Ō) / median_e wait_e(Ō)          Ī, Ō the typical request
+
+At time_value 1, the time a typical request takes is worth what the cheapest way to serve it
+costs. Why the cheapest and not the median price: λ is what the router will pay for a second,
+and the price of a second must not rise because an expensive endpoint joined the market. With
+the median, a market of a cheap endpoint and a fast one at 2× its price set λ from the fast
+one's price (the median of two is their mean), so speed looked worth nearly any premium; with
+the cheapest, a fast endpoint at 2× wins only where it saves about as much waiting as the cheap
+endpoint's whole price buys. The median wait stays: one slow endpoint must not make every
+second cheap. μ = ttft_weight × λ; P = rate_limit_penalty_s; r_e the 429 rate; f_e the provider
 fault rate; q_e the bad-output rate (only for requests whose output is checked: tools or
 response_format). cost_e is linear in (I, O), so a model's table keeps three coefficients per
 endpoint and a request costs three multiply-adds per endpoint.
@@ -42,7 +51,8 @@ def time_value(
     figures: ModelFigures,
     params: RoutingParameters,
 ) -> float:
-    """λ in USD per second: median typical price ÷ median typical end-to-end time, × time_value."""
+    """λ in USD per second: the cheapest endpoint's typical price ÷ the median typical
+    end-to-end time, × time_value (module docstring)."""
     prices = [
         effective_price(
             e,
@@ -56,7 +66,7 @@ def time_value(
     median_wait = median(waits, 1.0)
     if median_wait <= 0.0:
         return 0.0
-    return params.time_value * median(prices, 0.0) / median_wait
+    return params.time_value * min(prices, default=0.0) / median_wait
 
 
 def attempt_coefficients(

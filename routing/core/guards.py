@@ -1,10 +1,16 @@
-"""Guards on top of the routing cost (SPEC G7, G8, G10): breaker, quality flag, backoff, cap, floor.
+"""Guards on top of the routing cost (SPEC G7, G8, G10): breaker, quality flag, backoff, cap, floor,
+and the cost guard (issue 17) that bounds the expected price premium of the shares.
 
 The cap is learned in ``stats`` (it changes with every 429 and answer); here it becomes a bound
 on a share: an endpoint with cap κ (attempts/s) may take at most κ/R of a model whose endpoints
 take R attempts/s together. ``fill`` then finds shares proportional to the weights within the
 per-endpoint bounds [floor, cap], summing to 1: what a capped endpoint cannot take goes to the
 others in proportion to their weights, and what the floors need comes from everyone above them.
+
+The cost guard runs last, on the filled shares: with p_e endpoint e's effective price per good
+answer and p* the cheapest eligible one's, it keeps Σ x_e·p_e ≤ (1 + max_cost_premium)·p*,
+moving the least share from the dearest endpoints to the cheapest (floors and caps kept). The
+routing cost prices waiting at λ; the guard is the user's own bound on what speed may cost.
 """
 
 from __future__ import annotations
@@ -186,3 +192,69 @@ def _active_set(weights: list[float], lower: list[float], upper: list[float]) ->
     for i in free:
         shares[i] = c * weights[i]
     return shares
+
+
+def price_premium(shares: list[float], prices: list[float], cheapest: float) -> float:
+    """The traffic mix's expected price over ``cheapest``, less 1 (0.06 = 6 % dearer)."""
+    if cheapest <= 0.0:
+        return 0.0
+    total = 0.0
+    for x, p in zip(shares, prices, strict=True):
+        total += x * p
+    return total / cheapest - 1.0
+
+
+def cost_guard(
+    shares: list[float],
+    prices: list[float],
+    lower: list[float],
+    upper: list[float],
+    max_premium: float,
+) -> tuple[list[float], float, float]:
+    """The cost guard (issue 17): shares whose expected price is ≤ (1 + max_premium) × the
+    cheapest eligible endpoint's, and the premium before and after.
+
+    ``prices`` are effective prices per good answer (G3 price × attempts per good answer, G7/G8).
+    Eligible: an endpoint that may take more than its floor (not behind a breaker or flag). The
+    change is the least share moved: each unit taken from the dearest endpoint above its floor
+    and given to the cheapest below its cap saves the most, so the greedy pairing of the two ends
+    moves the fewest requests (floors and caps are kept; where they leave no room the premium
+    stays above the bound, as close to it as they allow). Shares already under the bound are
+    returned as they are.
+    """
+    n = len(shares)
+    cheapest = min(
+        (p for p, lo, hi in zip(prices, lower, upper, strict=True) if hi > lo), default=0.0
+    )
+    before = price_premium(shares, prices, cheapest)
+    if cheapest <= 0.0 or before <= max_premium:
+        return shares, before, before
+    out = list(shares)
+    excess = (before - max_premium) * cheapest  # USD per request to save
+    donors = sorted(range(n), key=lambda i: -prices[i])
+    takers = sorted((i for i in range(n) if upper[i] > lower[i]), key=lambda i: prices[i])
+    d = t = 0
+    while excess > 0.0 and d < len(donors) and t < len(takers):
+        i, j = donors[d], takers[t]
+        gap = prices[i] - prices[j]
+        if gap <= 0.0:
+            break
+        room_i, room_j = out[i] - lower[i], upper[j] - out[j]
+        need = excess / gap
+        if room_i <= 0.0:
+            d += 1
+        elif room_j <= 0.0:
+            t += 1
+        elif need < min(room_i, room_j):
+            out[i] -= need
+            out[j] += need
+            break
+        elif room_i <= room_j:  # the donor reaches its floor
+            out[i], out[j] = lower[i], out[j] + room_i
+            excess -= room_i * gap
+            d += 1
+        else:  # the taker reaches its cap
+            out[i], out[j] = out[i] - room_j, upper[j]
+            excess -= room_j * gap
+            t += 1
+    return out, before, price_premium(out, prices, cheapest)

@@ -5,12 +5,16 @@ algorithm; ``only`` / ``ignore`` filter and the algorithm chooses among the rest
 that sort instead; ``max_price`` excludes endpoints listing a higher price (USD per million
 tokens); ``require_parameters`` keeps only endpoints supporting every feature of the request;
 ``preferred_min_throughput`` / ``preferred_max_latency`` deprioritise (never exclude).
+``max_cost_premium`` (ours, not OpenRouter's) replaces the model's cost guard bound for the
+request: the expected price of the routing-cost shares at most this fraction above the cheapest
+eligible endpoint's (0 = the cheapest's price; 0.06 = +6 %).
 Fields we do not act on (``data_collection``, ``zdr``, ``quantizations``, …) are accepted and
 ignored so OpenRouter clients keep working.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +38,7 @@ class ProviderPreferences:
     require_parameters: bool = False
     preferred_min_throughput: float | None = None  # output tokens/s (p50)
     preferred_max_latency: float | None = None  # seconds to first token (p50)
+    max_cost_premium: float | None = None  # None: the model's bound (cost guard)
 
 
 def _slugs(value: Any, name: str) -> tuple[str, ...]:
@@ -43,7 +48,12 @@ def _slugs(value: Any, name: str) -> tuple[str, ...]:
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ValueError(f"provider.{name} must be a non-negative number")
     return float(value)
 
@@ -86,6 +96,7 @@ def provider_preferences_parse(obj: Mapping[str, Any] | None) -> ProviderPrefere
     if not isinstance(max_price, Mapping):
         raise ValueError("provider.max_price must be an object")
     prompt, completion = max_price.get("prompt"), max_price.get("completion")
+    premium = obj.get("max_cost_premium")
     return ProviderPreferences(
         order=order,
         allow_fallbacks=allow_fallbacks,
@@ -104,6 +115,7 @@ def provider_preferences_parse(obj: Mapping[str, Any] | None) -> ProviderPrefere
         preferred_max_latency=_percentile(
             obj.get("preferred_max_latency"), "preferred_max_latency"
         ),
+        max_cost_premium=None if premium is None else _number(premium, "max_cost_premium"),
     )
 
 

@@ -2,8 +2,9 @@
 
 All times are seconds, all prices USD, all rates fractions of attempts. The defaults are meant
 for the general case (any model, any market), not for one market: they are stated relative to
-the model's own figures (λ from its endpoints' median price and speed, shares relative to the
-cheapest routing cost), so they need no per-market tuning. Later editable in the admin per model.
+the model's own figures (λ from its cheapest endpoint's price and the median speed, shares
+relative to the cheapest routing cost), so they need no per-market tuning. Later editable in
+the admin per model.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class RoutingParameters:
     default_input_tokens: float = 1000.0
 
     # --- routing cost (G1–G8) ---
-    # λ = time_value × median(effective price of a typical request) / median(its e2e time):
-    # at 1.0 a typical endpoint's waiting is worth as much as its price.
+    # λ = time_value × min(effective price of a typical request) / median(its e2e time):
+    # at 1.0 a typical request's waiting is worth what its cheapest endpoint charges for it.
     time_value: float = 1.0
     # μ = ttft_weight × λ: TTFT costs again on its own (G5), interactive and agent loops wait on it.
     ttft_weight: float = 1.0

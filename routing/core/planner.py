@@ -2,9 +2,10 @@
 
 Per model: estimate the request's tokens (G2), drop endpoints that cannot serve it (context
 window, max output, provider filters, max_price, require_parameters), price every candidate by
-routing cost, order them by the chosen strategy (routing-cost shares with a weighted random
-draw, a sort, the client's ``order``, or the price-only baseline), keep a warm conversation where
-it is (G12) and move deprioritised endpoints last. Fallback models follow in request order.
+routing cost, order them by the chosen strategy (routing-cost shares bounded by the cost guard,
+with a weighted random draw; a sort, the client's ``order``, or the price-only baseline), keep a
+warm conversation where it is (G12) and move deprioritised endpoints last. Fallback models
+follow in request order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from routing.core.catalogue import EndpointConfig
 from routing.core.eligibility import candidates
-from routing.core.guards import fill
+from routing.core.guards import cost_guard, fill
 from routing.core.legacy import price_only_order
 from routing.core.overrides import (
     ProviderPreferences,
@@ -60,6 +61,8 @@ class Plan:
     output_tokens: float = 0.0
     # Endpoints whose cap bound held this request's share down (G10): demand the cap refused.
     capped: tuple[str, ...] = ()
+    # The cost guard moved share toward the cheapest endpoint: (premium before, after).
+    cost_guard: tuple[float, float] | None = None
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
@@ -111,12 +114,14 @@ def plan_build(
         input_tokens=first.input_tokens if first else 0.0,
         output_tokens=first.output_tokens if first else 0.0,
         capped=tuple(capped),
+        cost_guard=first.cost_guard if first else None,
     )
 
 
 class _ModelPart:
     __slots__ = (
         "capped",
+        "cost_guard",
         "costs",
         "demoted",
         "input_tokens",
@@ -133,6 +138,7 @@ class _ModelPart:
         self.refused: list[tuple[str, str]] = []
         self.demoted: list[tuple[str, str]] = []
         self.capped: list[str] = []
+        self.cost_guard: tuple[float, float] | None = None
         self.sticky = False
         self.sticky_reason = ""
         self.input_tokens = 0.0
@@ -181,7 +187,15 @@ def _model_part(
     costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
     part.costs = dict(zip(cand, costs, strict=True))
     if strategy == "routing_cost":
-        order, capped = _routing_cost_order(table, cand, costs, rng)
+        # The cost guard's prices: this request's effective price per good answer (G3, G7/G8).
+        po = table.price_out
+        prices = [(ci[i] * tokens_in + po[i] * tokens_out) * inv[i] for i in cand]
+        premium = prefs.max_cost_premium
+        if premium is None:
+            premium = table.model.max_cost_premium
+        order, capped, part.cost_guard = _routing_cost_order(
+            table, cand, costs, prices, premium, rng
+        )
         part.capped.extend(table.endpoints[i].id for i in capped)
         # A demoted endpoint goes first only as a probe (its probe share); as a fallback it
         # comes after every healthy endpoint ("planned, but last").
@@ -209,9 +223,15 @@ def _model_part(
 
 
 def _routing_cost_order(
-    table: ModelTable, cand: list[int], costs: list[float], rng: random.Random
-) -> tuple[list[int], list[int]]:
-    """The order drawn from the shares, and the endpoints held at their cap bound."""
+    table: ModelTable,
+    cand: list[int],
+    costs: list[float],
+    prices: list[float],
+    max_premium: float,
+    rng: random.Random,
+) -> tuple[list[int], list[int], tuple[float, float] | None]:
+    """The order drawn from the shares, the endpoints held at their cap bound, and the cost
+    guard's (premium before, after) when it moved share."""
     if len(cand) == len(table.endpoints):
         mult, lower, upper = table.multiplier, table.lower, table.upper
     else:
@@ -219,12 +239,14 @@ def _routing_cost_order(
         lower = [table.lower[i] for i in cand]
         upper = [table.upper[i] for i in cand]
     shares = fill(band_weights(costs, mult, table.params), lower, upper)
+    shares, before, after = cost_guard(shares, prices, lower, upper, max_premium)
+    guard = (before, after) if after < before else None
     capped = [
         cand[k]
         for k, (x, lo, hi) in enumerate(zip(shares, lower, upper, strict=True))
         if lo < hi < 1.0 and x >= hi * (1.0 - 1e-9)
     ]
-    return [cand[k] for k in weighted_order(shares, rng)], capped
+    return [cand[k] for k in weighted_order(shares, rng)], capped, guard
 
 
 def _sort_key(
@@ -394,6 +416,9 @@ def plan_explanation(plan: Plan) -> str:
     parts.append(f"sticky={'yes' if plan.sticky else 'no'}")
     if plan.sticky_reason:
         parts[-1] += f"({plan.sticky_reason})"
+    if plan.cost_guard is not None:
+        before, after = plan.cost_guard
+        parts.append(f"cost_guard=bound({before:+.1%}->{after:+.1%})")  # headers are ASCII
     excluded = [*plan.refused, *plan.demoted]
     if excluded:
         parts.append("refused=" + ",".join(f"{who}:{why}" for who, why in excluded))

@@ -61,6 +61,7 @@ class ModelTable:
         "multiplier",
         "params",
         "plain",
+        "price_out",
         "refused",
         "upper",
     )
@@ -91,6 +92,7 @@ class ModelTable:
         self.coef_in: list[float] = []
         self.coef_out: list[float] = []
         self.coef_const: list[float] = []
+        self.price_out: list[float] = [e.price_output * PER_MILLION for e in self.endpoints]
         self.inv_plain: list[float] = []
         self.inv_checked: list[float] = []
         self.multiplier: list[float] = []  # backoff; 0 = breaker open or flagged
@@ -115,6 +117,7 @@ class ModelTable:
             self.coef_out,
             self.coef_const,
         )
+        other.price_out = self.price_out
         other.inv_plain, other.inv_checked = self.inv_plain, self.inv_checked
         other.breaker_closed_at, other.legacy_outage = self.breaker_closed_at, self.legacy_outage
         other.breaker_trips = self.breaker_trips
@@ -122,7 +125,7 @@ class ModelTable:
 
     def price_per_token(self, i: int) -> tuple[float, float]:
         """(effective input, output) USD per token of endpoint i at its measured hit rate."""
-        return self.coef_in[i], self.endpoints[i].price_output * PER_MILLION
+        return self.coef_in[i], self.price_out[i]
 
     def e2e_tokens_per_s(self, i: int, output_tokens: float) -> float:
         """End-to-end throughput of endpoint i for an answer of ``output_tokens``."""

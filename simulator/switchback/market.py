@@ -148,6 +148,7 @@ def market_build(
                 endpoints=tuple(endpoints),
                 params=_model_parameters(parameters, model.routing),
                 default_output_tokens=float(model.default_output_tokens),
+                max_cost_premium=float(model.max_cost_premium),
             )
         )
         widest = max(e.context_window for e in endpoints)

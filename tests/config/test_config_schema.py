@@ -69,6 +69,26 @@ def test_it_reads_routing_overrides_and_quality_flags() -> None:
     assert [e.quality_flagged for e in model.endpoints] == [False, False, True]
 
 
+def test_it_reads_the_cost_guards_bound_exactly_and_defaults_it_to_six_percent() -> None:
+    data = reference()
+    data["models"][0]["max_cost_premium"] = 0.1
+
+    models = config_parse(data).models
+
+    assert models[0].max_cost_premium == Decimal("0.1")
+    assert models[1].max_cost_premium == Decimal("0.06")
+
+
+def test_it_refuses_a_negative_cost_guard_bound_by_its_path() -> None:
+    data = reference()
+    data["models"][1]["max_cost_premium"] = -0.02
+
+    with pytest.raises(ConfigError) as caught:
+        config_parse(data)
+
+    assert "models[1].max_cost_premium" in str(caught.value)
+
+
 def test_it_names_buckets_by_their_own_scope() -> None:
     names = [bucket_name(scope, limit) for scope, limit in scoped_limits(config_parse(reference()))]
 

@@ -4,6 +4,7 @@ features or a string of them (read letter by letter), a cache TTL of 0 or less."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -117,6 +118,7 @@ MODEL = {
     "slug": "test/new-model",
     "default_output_tokens": "400",
     "default_input_tokens": "",
+    "max_cost_premium": "0.06",
     "allow_fallbacks": "on",
     "routing_parameters": "{}",
     "is_active": "on",
@@ -130,6 +132,7 @@ MODEL = {
     [
         ("default_output_tokens", "0", "positive whole number"),
         ("default_input_tokens", "0", "positive whole number"),
+        ("max_cost_premium", "-0.01", "zero or a positive number"),
         ("routing_parameters", '{"band": true}', "must be a number"),
         ("routing_parameters", '{"bandd": 0.2}', "known:"),
         ("slug", "test/new model", "model id"),
@@ -148,7 +151,9 @@ def test_it_saves_a_good_model(staff: Client) -> None:
     answer = staff.post(url(Model, "add"), {**MODEL, "routing_parameters": '{"band": 0.2}'})
 
     assert answer.status_code == 302
-    assert Model.objects.get(slug="test/new-model").routing_parameters == {"band": 0.2}
+    saved = Model.objects.get(slug="test/new-model")
+    assert saved.routing_parameters == {"band": 0.2}
+    assert saved.max_cost_premium == Decimal("0.06")
 
 
 def test_it_shows_an_endpoint_saved_before_validation(personas: Personas, staff: Client) -> None:

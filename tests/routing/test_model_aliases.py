@@ -98,6 +98,7 @@ MODEL = {
     "slug": "test/new-model",
     "default_output_tokens": "400",
     "default_input_tokens": "",
+    "max_cost_premium": "0.06",
     "allow_fallbacks": "on",
     "routing_parameters": "{}",
     "is_active": "on",

@@ -14,6 +14,8 @@ from simulator.model import (
 )
 
 REFERENCE_MARKET = Path(__file__).resolve().parents[2] / "config" / "market.yaml"
+# The same providers with 3.3x the traffic: capacity, not ranking, decides who is served.
+SATURATED_MARKET = REFERENCE_MARKET.parent / "market-saturated.yaml"
 
 
 def model(name: str = "m", **fields) -> ModelSpec:

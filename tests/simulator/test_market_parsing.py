@@ -8,6 +8,10 @@ import yaml
 from simulator.model import MarketError, parse_duration, parse_market, parse_market_text
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "market.yaml"
+SATURATED = REFERENCE.parent / "market-saturated.yaml"
+# config/ holds the shared examples plus one line each: alpha's embed-small, which the gateway's
+# configuration serves and the examples do not describe.
+OWN_LINE = "# not in ../shared/examples"
 
 
 def reference() -> dict:
@@ -20,8 +24,39 @@ def error_of(data) -> MarketError:
     return caught.value
 
 
-def test_it_loads_the_reference_market_unchanged():
-    market = parse_market_text(REFERENCE.read_text())
+def shared_examples() -> Path | None:
+    """``../shared/examples`` beside the checkout (a worktree may sit one level deeper)."""
+    for parent in REFERENCE.resolve().parents:
+        if (parent / "shared" / "examples" / "market.yaml").is_file():
+            return parent / "shared" / "examples"
+    return None
+
+
+@pytest.mark.parametrize("ours", [REFERENCE, SATURATED], ids=lambda p: p.name)
+def test_config_holds_the_shared_example_plus_only_the_embeddings_line(ours: Path):
+    examples = shared_examples()
+    if examples is None:
+        pytest.skip("../shared/examples is not beside this checkout")
+    lines = ours.read_text().splitlines()
+    own = [line for line in lines if OWN_LINE in line]
+    assert len(own) == 1 and own[0].strip().startswith("embed-small:")
+    shared = (examples / ours.name).read_text()
+    assert [line for line in lines if OWN_LINE not in line] == shared.splitlines()
+    # The example itself loads unchanged, and describes the same market but for the one model.
+    theirs, mine = parse_market_text(shared), parse_market_text(ours.read_text())
+    assert set(mine.provider("alpha").models) - set(theirs.provider("alpha").models) == {
+        "embed-small"
+    }
+    assert mine.traffic == theirs.traffic and mine.experiment == theirs.experiment
+
+
+@pytest.mark.parametrize(
+    ("path", "large_rpm", "small_rpm", "whale_rpm"),
+    [(REFERENCE, 90, 150, 270), (SATURATED, 300, 500, 900)],
+    ids=["market.yaml", "market-saturated.yaml"],
+)
+def test_it_loads_the_reference_market_unchanged(path, large_rpm, small_rpm, whale_rpm):
+    market = parse_market_text(path.read_text())
 
     assert [p.name for p in market.providers] == ["alpha", "beta", "gamma"]
     alpha, beta, gamma = market.providers
@@ -43,7 +78,8 @@ def test_it_loads_the_reference_market_unchanged():
     traffic = market.traffic
     assert traffic is not None and traffic.duration == 7 * 86400
     chat_large = traffic.models["acme/chat-large"]
-    assert chat_large.requests_per_minute.mean == 300
+    assert chat_large.requests_per_minute.mean == large_rpm
+    assert traffic.models["acme/chat-small"].requests_per_minute.mean == small_rpm
     assert chat_large.requests_per_minute.diurnal_amplitude == 0.5
     assert (chat_large.input_tokens.median, chat_large.input_tokens.p95) == (3000, 24000)
     assert (chat_large.output_tokens.median, chat_large.output_tokens.p95) == (350, 1500)
@@ -52,7 +88,7 @@ def test_it_loads_the_reference_market_unchanged():
     assert traffic.models["acme/chat-small"].tool_share == 0.0
     (whale,) = traffic.whales
     assert (whale.model, whale.at, whale.duration) == ("acme/chat-large", 50 * 3600, 2 * 3600)
-    assert (whale.requests_per_minute, whale.pinned_provider) == (900, "gamma")
+    assert (whale.requests_per_minute, whale.pinned_provider) == (whale_rpm, "gamma")
     assert market.experiment is not None
     assert (market.experiment.block, market.experiment.warmup) == (3 * 3600, 3600)
     assert market.experiment.seed == 7

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.report import capacity_warning
 
-from .helpers import REFERENCE_MARKET
+from .helpers import REFERENCE_MARKET, SATURATED_MARKET
 from .switchback_fixtures import CONFIG, MARKET, files
 
 REFERENCE_CONFIG = REFERENCE_MARKET.parent / "switchyard.yaml"
@@ -75,9 +75,9 @@ def test_it_shows_the_router_beating_price_only_where_capacity_allows(market_fil
     assert overall["cost_change"] < 0.1
 
 
-def test_it_runs_a_scaled_down_day_of_the_reference_market_quickly():
+def test_it_runs_a_scaled_down_day_of_the_saturated_market_quickly():
     # "Quickly": the suite prints its duration (--durations); speed targets live in bench/.
-    run = experiment_run(Options(str(REFERENCE_CONFIG), str(REFERENCE_MARKET), days=1, scale=0.1))
+    run = experiment_run(Options(str(REFERENCE_CONFIG), str(SATURATED_MARKET), days=1, scale=0.1))
     result = run.result
     assert set(result) == {"overall", "per_model", "experiment"}
     assert set(result["per_model"]) == {"acme/chat-large", "acme/chat-small"}

@@ -109,7 +109,7 @@ def test_it_sends_the_whale_only_in_its_window_and_pinned():
     whale = [r for r in seen if r.pinned is not None]
     assert {r.pinned for r in whale} == {"gamma"}
     assert all(50 * 3600 <= r.arrival < 52 * 3600 for r in whale)
-    assert len(whale) == pytest.approx(900 * 0.2 * 120, rel=0.1)
+    assert len(whale) == pytest.approx(270 * 0.2 * 120, rel=0.1)
 
 
 def test_it_asks_max_tokens_at_the_power_of_two_above_the_p95():

@@ -102,17 +102,51 @@ def test_it_spells_out_the_formula():
     )
 
 
-def test_it_derives_lambda_from_the_models_median_price_and_time():
+def test_it_anchors_lambda_on_the_cheapest_endpoints_price_over_the_median_time():
+    # Typical request: 1000 in, 100 out (ModelFigures' last two), no cache hits.
     figures = ModelFigures(0.5, 80.0, 0.0, 0.01, 0.01, 0.01, 0.3, 1000.0, 100.0)
     eps = [replace(EP, price_input=p, price_cached_input=p) for p in (1.0, 2.0, 9.0)]
     ests = [EST._replace(cache_hit_rate=0.0, ttft_s=t) for t in (0.5, 1.5, 9.5)]
     lam = time_value(eps, ests, figures, P)
-    median_price = (1000 * 2.0 + 100 * 1.5) / 1e6
-    median_wait = 1.5 + 100 / 80.0
-    assert math.isclose(lam, median_price / median_wait)
+    # By hand: the cheapest price is 1000 × $1/M + 100 × $1.5/M = $0.00115; the waits are
+    # 0.5 / 1.5 / 9.5 s + 100 / 80 tok/s, their median 2.75 s: λ = 0.00115 / 2.75 $/s.
+    assert math.isclose(lam, 0.00115 / 2.75)
+    assert math.isclose(time_value(eps, ests, figures, replace(P, time_value=2.0)), 2 * lam)
+    # The median price ($0.00215) would have made a second almost twice as dear.
+    assert lam < 0.00215 / 2.75 * 0.6
+    # An expensive endpoint joining the market does not raise the price of a second.
+    dear = [*eps, replace(EP, price_input=50.0, price_cached_input=50.0)]
+    assert math.isclose(time_value(dear, [*ests, ests[1]], figures, P), lam)
     # A faster endpoint may charge more and still cost less (G4).
     fast = cost(replace(EP, price_output=2.0), EST._replace(tokens_per_s=200.0), lam=lam)
     assert fast < cost(lam=lam)
+
+
+def test_it_makes_a_fast_endpoint_at_twice_the_price_earn_its_premium():
+    # Two endpoints, the fast one at 2x the price: only a large saving of time makes it win.
+    figures = ModelFigures(0.4, 100.0, 0.0, 0.0, 0.0, 0.0, 0.3, 1000.0, 200.0)
+    cheap = replace(EP, price_input=1.0, price_cached_input=1.0, price_output=2.0)
+    fast = replace(EP, price_input=2.0, price_cached_input=2.0, price_output=4.0)
+    calm = EST._replace(
+        cache_hit_rate=0.0, fault_rate=0.0, rate_limited_rate=0.0, tokens_per_s=100.0
+    )
+    nearly = [calm._replace(ttft_s=0.5, tokens_per_s=90.0), calm._replace(ttft_s=0.4)]
+    lam = time_value([cheap, fast], nearly, figures, P)
+
+    def both(estimates):
+        return [
+            routing_cost(e, est, input_tokens=1000.0, output_tokens=200.0, lam=lam, params=P)
+            for e, est in zip((cheap, fast), estimates, strict=True)
+        ]
+
+    # Nearly as fast: a tenth of a second and 10 % more speed do not pay for twice the price.
+    slow_cost, fast_cost = both(nearly)
+    assert slow_cost < fast_cost
+    # Over three times as fast (8.2 s against 2.4 s end to end): it does.
+    far = [calm._replace(ttft_s=1.5, tokens_per_s=30.0), calm._replace(ttft_s=0.4)]
+    lam = time_value([cheap, fast], far, figures, P)
+    slow_cost, fast_cost = both(far)
+    assert fast_cost < slow_cost
 
 
 def test_it_does_not_let_a_tiny_listed_input_price_win():
