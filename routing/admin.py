@@ -145,6 +145,7 @@ class RouteModelForm(forms.ModelForm):  # type: ignore[type-arg]
             "allow_fallbacks",
             "fallback_model",
             "routing_parameters",
+            "max_cost_premium",
             "is_active",
         ]
 

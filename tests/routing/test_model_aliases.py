@@ -138,6 +138,8 @@ def test_the_admin_saves_aliases(staff: Client) -> None:
     assert "gpt-4o, gpt-4o-mini" in listing.content.decode()
     form = staff.get(url(Model, "change", model.pk)).content.decode()
     assert 'value="gpt-4o, gpt-4o-mini"' in form
+    editable = [f.name for f in Model._meta.concrete_fields if f.editable and not f.auto_created]
+    assert [name for name in editable if f'name="{name}"' not in form] == []  # none left out
 
 
 @pytest.mark.parametrize(
