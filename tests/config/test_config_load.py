@@ -424,3 +424,14 @@ def test_the_command_reports_an_invalid_name_instead_of_crashing(
     assert "nothing changed" in message
     assert "tenants[0].teams[0].name: must be" in message
     assert Tenant.objects.count() == 0
+
+
+def test_it_loads_the_shared_example_unchanged(redis_prefix: str) -> None:
+    # docs/examples/switchyard.yaml is ../shared/examples/switchyard.yaml byte for byte
+    # (tests/simulator/test_market_parsing.py checks it where ../shared is at hand).
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "switchyard.yaml"
+
+    config_load(example, env=ENV)
+
+    assert Model.objects.filter(slug="acme/chat-large").exists()
+    assert ApiKey.objects.count() >= 1

@@ -24,6 +24,9 @@ def error_of(data) -> MarketError:
     return caught.value
 
 
+EXAMPLES = REFERENCE.parents[1] / "docs" / "examples"  # ../shared/examples, copied unchanged
+
+
 def shared_examples() -> Path | None:
     """``../shared/examples`` beside the checkout (a worktree may sit one level deeper)."""
     for parent in REFERENCE.resolve().parents:
@@ -32,15 +35,20 @@ def shared_examples() -> Path | None:
     return None
 
 
-@pytest.mark.parametrize("ours", [REFERENCE, SATURATED], ids=lambda p: p.name)
-def test_config_holds_the_shared_example_plus_only_the_embeddings_line(ours: Path):
+@pytest.mark.parametrize("name", ["market.yaml", "market-saturated.yaml", "switchyard.yaml"])
+def test_docs_examples_are_the_shared_examples_unchanged(name: str):
     examples = shared_examples()
     if examples is None:
-        pytest.skip("../shared/examples is not beside this checkout")
+        pytest.skip("../shared/examples is not beside this checkout (a clean clone)")
+    assert (EXAMPLES / name).read_bytes() == (examples / name).read_bytes()
+
+
+@pytest.mark.parametrize("ours", [REFERENCE, SATURATED], ids=lambda p: p.name)
+def test_config_holds_the_shared_example_plus_only_the_embeddings_line(ours: Path):
     lines = ours.read_text().splitlines()
     own = [line for line in lines if OWN_LINE in line]
     assert len(own) == 1 and own[0].strip().startswith("embed-small:")
-    shared = (examples / ours.name).read_text()
+    shared = (EXAMPLES / ours.name).read_text()
     assert [line for line in lines if OWN_LINE not in line] == shared.splitlines()
     # The example itself loads unchanged, and describes the same market but for the one model.
     theirs, mine = parse_market_text(shared), parse_market_text(ours.read_text())
