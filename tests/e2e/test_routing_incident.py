@@ -23,6 +23,7 @@ import math
 import os
 import random
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -62,6 +63,20 @@ DROP_WINDOW, RECOVERY_WINDOW = 5.0, 10.0
 FLOOR = RoutingParameters().floor_share  # an eligible endpoint's trickle (breaker-open: less)
 
 
+def guard_lifted(edit: Any) -> Any:
+    """The reference config with the cost guard lifted for MODEL: this file is about the breaker
+    moving traffic off beta and back, and at the default +6 % bound beta, the fast endpoint at
+    about twice alpha's price, would hold little more than its floor share from the start."""
+
+    def lifted(config: dict[str, Any]) -> None:
+        edit(config)
+        for model in config["models"]:
+            if model["slug"] == MODEL:
+                model["max_cost_premium"] = 10.0
+
+    return lifted
+
+
 @pytest.fixture
 def incident_stack():
     running = Stack(
@@ -70,7 +85,7 @@ def incident_stack():
         latency_scale=0.1,
         gateway_workers=2,
         celery=False,
-        config_edit=routing_config(free_port()),
+        config_edit=guard_lifted(routing_config(free_port())),
         extra_env={
             "ROUTING_PARAMETERS": json.dumps(SHORTENED),
             "ROUTING_SYNC_INTERVAL": "0.5",
