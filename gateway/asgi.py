@@ -39,6 +39,7 @@ from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
 from gateway.probes import PATHS as PROBE_PATHS  # noqa: E402
 from gateway.probes import probe  # noqa: E402
+from gateway.taskdump import tasks_dump_install  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
 from quotas import recovery  # noqa: E402
 
@@ -165,6 +166,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await recovery.members_join("gateway")  # before serving: a new Redis is known new
+            tasks_dump_install()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await recovery.members_leave()
