@@ -252,17 +252,25 @@ class Broker:
         if not grant.parts:
             yield
             return
-        renewer = asyncio.create_task(self._renew_until_cancelled(grant))
+        over = asyncio.Event()
+        renewer = asyncio.create_task(self._renew_until(grant, over))
         try:
             yield
         finally:
+            over.set()
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            # asyncio.wait, not ``await renewer`` under suppress(CancelledError): that would
+            # also swallow a cancellation of this request itself (its client going away).
+            await asyncio.wait([renewer])
 
-    async def _renew_until_cancelled(self, grant: Grant) -> None:
-        while True:
+    async def _renew_until(self, grant: Grant, over: asyncio.Event) -> None:
+        # ``over`` as well as the cancel: a renewal interrupted by it may have the cancellation
+        # swallowed (redis-py around a Redis that was just killed turns it into an error, which
+        # is suppressed below), and this loop then ran on, and the request waiting for it hung.
+        while not over.is_set():
             await asyncio.sleep(self.lease_seconds / 3)
+            if over.is_set():
+                return
             with contextlib.suppress(Exception):  # a missed renewal only shortens the lease
                 result = await self.store.renew(grant)
                 self.holdings.renewed(grant, result.expires_at)
