@@ -41,9 +41,11 @@ MOCKS = ("http://127.0.0.1:18001", "http://127.0.0.1:18002")
 # the body of the harness's wrk/chat.lua, byte for byte the same request as the timed cases
 MESSAGES = [
     {"role": "system", "content": "You are a concise assistant used for gateway benchmarking."},
-    {"role": "user",
-     "content": "Say hello and tell me one short fact about latency in distributed systems."},
-]  # fmt: skip
+    {
+        "role": "user",
+        "content": "Say hello and tell me one short fact about latency in distributed systems.",
+    },
+]
 OWN = ("info", "config|resetstat", "config", "monitor")  # this script's commands, not the gateway's
 
 
@@ -68,16 +70,18 @@ async def drive(data: bytes, requests: int, connections: int) -> int:
                 errors += response.status != 200
 
     connector = aiohttp.TCPConnector(limit=connections)
-    async with aiohttp.ClientSession(connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=60)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
         await asyncio.gather(*(one_connection(session) for _ in range(connections)))
     return errors
 
 
 def set_ttft(ms: int) -> None:
     for mock in MOCKS:
-        req = urllib.request.Request(f"{mock}/__mock/config", data=json.dumps({"ttft_ms": ms}).encode(),
-                                     method="POST")  # fmt: skip
+        req = urllib.request.Request(
+            f"{mock}/__mock/config", data=json.dumps({"ttft_ms": ms}).encode(), method="POST"
+        )
         urllib.request.urlopen(req, timeout=5).read()
 
 
@@ -111,7 +115,11 @@ def measure(client: redis.Redis, args, *, case: str, ttft_ms: int, stream: bool,
     share = outside_share(args.redis_port, data, Path(args.workdir))
     time.sleep(0.5)
     client.config_resetstat()
-    cpu0, gw0, t0 = client.info("cpu"), cpu_seconds(args.procstat, args.gateway_pid), time.monotonic()
+    cpu0, gw0, t0 = (
+        client.info("cpu"),
+        cpu_seconds(args.procstat, args.gateway_pid),
+        time.monotonic(),
+    )
     errors = asyncio.run(drive(data, requests, args.connections))
     seconds = time.monotonic() - t0
     time.sleep(1.0)  # a settle still on its way
@@ -122,21 +130,31 @@ def measure(client: redis.Redis, args, *, case: str, ttft_ms: int, stream: bool,
         stats.pop(own, None)
     evalsha = stats.get("evalsha", {"calls": 0, "usec": 0})
     return {
-        "case": case, "upstream_ttft_ms": ttft_ms, "stream": stream, "requests": requests,
-        "connections": args.connections, "errors": errors, "seconds": round(seconds, 2),
-        "redis_usec_per_req": sum(s["usec"] * share.get(n.split("|")[0], 1.0)
-                                  for n, s in stats.items()) / requests,
+        "case": case,
+        "upstream_ttft_ms": ttft_ms,
+        "stream": stream,
+        "requests": requests,
+        "connections": args.connections,
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "redis_usec_per_req": sum(
+            s["usec"] * share.get(n.split("|")[0], 1.0) for n, s in stats.items()
+        )
+        / requests,
         "redis_cpu_us_per_req": sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
-        * 1e6 / requests,
+        * 1e6
+        / requests,
         "commands_per_req": sum(s["calls"] for s in stats.values()) / requests,
         "evalsha_per_req": evalsha["calls"] / requests,
         "usec_per_evalsha": evalsha["usec"] / evalsha["calls"] if evalsha["calls"] else 0.0,
         "bytes_in_per_req": info["total_net_input_bytes"] / requests,
         "bytes_out_per_req": info["total_net_output_bytes"] / requests,
         "gateway_cpu_ms_per_req": (gw1 - gw0) * 1000 / requests,
-        "breakdown": {n: [s["calls"] / requests, s["usec"] / requests]
-                      for n, s in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])},
-    }  # fmt: skip
+        "breakdown": {
+            n: [s["calls"] / requests, s["usec"] / requests]
+            for n, s in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])
+        },
+    }
 
 
 def main() -> None:
@@ -154,12 +172,20 @@ def main() -> None:
     rows = [
         measure(client, args, case="ttft0", ttft_ms=0, stream=False, requests=args.requests),
         measure(client, args, case="ttft0_stream", ttft_ms=0, stream=True, requests=args.requests),
-        measure(client, args, case="ttft500", ttft_ms=500, stream=False, requests=args.slow_requests),
+        measure(
+            client, args, case="ttft500", ttft_ms=500, stream=False, requests=args.slow_requests
+        ),
     ]
     set_ttft(0)
     Path(args.out).write_text(json.dumps(rows, indent=1))
     for r in rows:
-        print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "breakdown"})
+        print(
+            {
+                k: (round(v, 2) if isinstance(v, float) else v)
+                for k, v in r.items()
+                if k != "breakdown"
+            }
+        )
 
 
 if __name__ == "__main__":
