@@ -77,6 +77,11 @@ def main() -> None:
     p("```")
     p(machine.rstrip())
     p("```\n")
+    notes = (
+        run / "notes.md"
+    )  # hand-written remarks on this run (load, what differed), kept on re-render
+    if notes.exists():
+        p(notes.read_text().rstrip() + "\n")
 
     sy_p50, ll_p50 = added_p50(SY), added_p50(LL)
     sy64, ll64 = mean(SY, "c64", "rps"), mean(LL, "c64", "rps")
