@@ -1,0 +1,192 @@
+"""The Redis phase of ``bench/anchors``: what one proxied request costs Switchyard's Redis.
+
+Run by ``bench/anchors`` against a fresh switchyard-2w (the shared harness's ``start.sh`` and
+``config-bench.yaml``, its own empty Redis, the mock upstream) after ``run_all.sh``, because
+``run_all.sh`` records only the Redis process's CPU (``aux CPU``), not its counters. Per case,
+as ``bench/redis_cost.py`` measures (same definitions, so the figures sit beside redis.md's):
+
+- a warm-up of 64 requests, then a MONITOR sample of 8 sequential requests: which share of each
+  command's calls is sent by a client rather than run inside a script (a command a script runs
+  is counted in ``INFO commandstats`` under its own name *and* inside its EVALSHA's usec);
+- ``CONFIG RESETSTAT``, exactly N requests over C connections (every one completes, none is cut
+  off as at the end of a timed wrk run), 1 s to settle, then per request:
+  Redis µs = ``usec`` summed over client-sent commands; Redis CPU µs = the server's
+  ``used_cpu_user + used_cpu_sys`` (includes its event loop: an upper bound); commands = every
+  command's ``calls`` (script-inner included); EVALSHA calls; bytes = ``total_net_input_bytes``;
+  gateway CPU = CPU seconds of the uvicorn process tree (``procstat.py``) over the same span.
+
+Upstream latency is the mock's TTFT (``POST /__mock/config``), not the provider simulator.
+
+    python bench/anchors_redis.py --procstat PATH --gateway-pid PID --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import redis
+
+URL = "http://127.0.0.1:18100/v1/chat/completions"
+KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
+MOCKS = ("http://127.0.0.1:18001", "http://127.0.0.1:18002")
+# the body of the harness's wrk/chat.lua, byte for byte the same request as the timed cases
+MESSAGES = [
+    {"role": "system", "content": "You are a concise assistant used for gateway benchmarking."},
+    {
+        "role": "user",
+        "content": "Say hello and tell me one short fact about latency in distributed systems.",
+    },
+]
+OWN = ("info", "config|resetstat", "config", "monitor")  # this script's commands, not the gateway's
+
+
+def body(stream: bool) -> bytes:
+    b: dict = {"model": "demo-model", "messages": MESSAGES, "max_tokens": 16, "temperature": 0}
+    if stream:
+        b.update(stream=True, stream_options={"include_usage": True})
+    return json.dumps(b).encode()
+
+
+async def drive(data: bytes, requests: int, connections: int) -> int:
+    """Send exactly ``requests`` POSTs, ``connections`` at a time; returns non-200 answers."""
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    left, errors = requests, 0
+
+    async def one_connection(session: aiohttp.ClientSession) -> None:
+        nonlocal left, errors
+        while left > 0:
+            left -= 1
+            async with session.post(URL, data=data, headers=headers) as response:
+                await response.read()
+                errors += response.status != 200
+
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
+        await asyncio.gather(*(one_connection(session) for _ in range(connections)))
+    return errors
+
+
+def set_ttft(ms: int) -> None:
+    for mock in MOCKS:
+        req = urllib.request.Request(
+            f"{mock}/__mock/config", data=json.dumps({"ttft_ms": ms}).encode(), method="POST"
+        )
+        urllib.request.urlopen(req, timeout=5).read()
+
+
+def cpu_seconds(procstat: str, pid: int) -> float:
+    return float(subprocess.check_output([sys.executable, procstat, "cpu", str(pid)]).split()[0])
+
+
+def outside_share(port: int, data: bytes, workdir: Path) -> dict[str, float]:
+    """Per command name: the share of its calls a client sent (MONITOR over 8 requests)."""
+    out = workdir / "monitor.txt"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(["redis-cli", "-p", str(port), "monitor"], stdout=sink)
+        time.sleep(0.3)
+        asyncio.run(drive(data, 8, 1))
+        time.sleep(1.0)
+        proc.terminate()
+        proc.wait(timeout=10)
+    seen: dict[str, list[int]] = {}
+    for line in out.read_text(errors="replace").splitlines():
+        m = re.match(r'[\d.]+ \[\d+ ([^\]]*)\] "([^"]*)"', line)
+        if m:
+            inner_outer = seen.setdefault(m.group(2).lower(), [0, 0])
+            inner_outer[0 if m.group(1) == "lua" else 1] += 1
+    return {name: outer / (inner + outer) for name, (inner, outer) in seen.items()}
+
+
+def measure(client: redis.Redis, args, *, case: str, ttft_ms: int, stream: bool, requests: int):
+    data = body(stream)
+    set_ttft(ttft_ms)
+    asyncio.run(drive(data, 64, args.connections))  # warm: connections, scripts, snapshot
+    share = outside_share(args.redis_port, data, Path(args.workdir))
+    time.sleep(0.5)
+    client.config_resetstat()
+    cpu0, gw0, t0 = (
+        client.info("cpu"),
+        cpu_seconds(args.procstat, args.gateway_pid),
+        time.monotonic(),
+    )
+    errors = asyncio.run(drive(data, requests, args.connections))
+    seconds = time.monotonic() - t0
+    time.sleep(1.0)  # a settle still on its way
+    gw1 = cpu_seconds(args.procstat, args.gateway_pid)
+    stats = {k.removeprefix("cmdstat_"): v for k, v in client.info("commandstats").items()}
+    cpu1, info = client.info("cpu"), client.info("stats")
+    for own in OWN:
+        stats.pop(own, None)
+    evalsha = stats.get("evalsha", {"calls": 0, "usec": 0})
+    return {
+        "case": case,
+        "upstream_ttft_ms": ttft_ms,
+        "stream": stream,
+        "requests": requests,
+        "connections": args.connections,
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "redis_usec_per_req": sum(
+            s["usec"] * share.get(n.split("|")[0], 1.0) for n, s in stats.items()
+        )
+        / requests,
+        "redis_cpu_us_per_req": sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
+        * 1e6
+        / requests,
+        "commands_per_req": sum(s["calls"] for s in stats.values()) / requests,
+        "evalsha_per_req": evalsha["calls"] / requests,
+        "usec_per_evalsha": evalsha["usec"] / evalsha["calls"] if evalsha["calls"] else 0.0,
+        "bytes_in_per_req": info["total_net_input_bytes"] / requests,
+        "bytes_out_per_req": info["total_net_output_bytes"] / requests,
+        "gateway_cpu_ms_per_req": (gw1 - gw0) * 1000 / requests,
+        "breakdown": {
+            n: [s["calls"] / requests, s["usec"] / requests]
+            for n, s in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])
+        },
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--procstat", required=True)
+    p.add_argument("--gateway-pid", type=int, required=True)
+    p.add_argument("--redis-port", type=int, default=16392)
+    p.add_argument("--workdir", default="/tmp")
+    p.add_argument("--connections", type=int, default=16)
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--slow-requests", type=int, default=480)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    client = redis.Redis(port=args.redis_port)
+    rows = [
+        measure(client, args, case="ttft0", ttft_ms=0, stream=False, requests=args.requests),
+        measure(client, args, case="ttft0_stream", ttft_ms=0, stream=True, requests=args.requests),
+        measure(
+            client, args, case="ttft500", ttft_ms=500, stream=False, requests=args.slow_requests
+        ),
+    ]
+    set_ttft(0)
+    Path(args.out).write_text(json.dumps(rows, indent=1))
+    for r in rows:
+        print(
+            {
+                k: (round(v, 2) if isinstance(v, float) else v)
+                for k, v in r.items()
+                if k != "breakdown"
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
