@@ -19,8 +19,9 @@ KEY = "sk-sy-test-acme-web-0001"
 PACKAGE = "@anthropic-ai/claude-code"
 # Installed once per checkout (var/ is not committed); a second run reuses it.
 CACHE = ROOT / "var" / "claude-code"
-# The simulator's prose vocabulary (simulator/model/tokenizer.py): its answers are made of it.
-SIMULATOR_WORDS = re.compile(r"^[a-z]+$")
+# The simulator's prose vocabulary (simulator/model/tokenizer.py): its answers are made of it,
+# lower case, but for the "So" an answer starts with when its first piece is punctuation.
+SIMULATOR_WORDS = re.compile(r"^(?:[a-z]+|So)$")
 
 
 def _runs(command: list[str]) -> bool:
