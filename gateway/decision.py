@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from quotas.core.model import BucketSpec, Dimension, Rule
-from quotas.core.windows import fixed_window_boundaries, window_of
+from quotas.core.windows import BoundaryCache, window_of
 from quotas.snapshot import ScopedBucket
 
 OWN_SCOPES = frozenset({"api_key", "app", "team", "tenant"})
@@ -36,12 +36,15 @@ class BucketState:
     reset_seconds: float  # until it is full again (refill) or resets (windows)
 
 
+_BOUNDARIES = BoundaryCache()
+
+
 def reset_seconds(spec: BucketSpec, remaining: float, now: float) -> float:
     """Until the bucket is full again (refill, rolling) or starts afresh (fixed window, ramp)."""
     if spec.rule is Rule.REFILL:
         return max(0.0, spec.capacity - remaining) * spec.period / spec.capacity
     if spec.rule is Rule.FIXED_WINDOW and spec.window is not None:
-        bounds = fixed_window_boundaries(now, spec.window, spec.resets_at, spec.timezone)
+        bounds = _BOUNDARIES.numbers(spec, now)  # zoneinfo arithmetic once per window, not per call
         return window_of(bounds, now)[1] - now
     if spec.rule is Rule.ROLLING_WINDOW:
         return spec.period if remaining < spec.capacity else 0.0

@@ -33,7 +33,7 @@ from gateway.providers.base import (
     RequestNotSupported,
     StreamError,
 )
-from gateway.upstream import client_for
+from gateway.upstream import client_for, url_for
 from routing.catalogue import EndpointEntry
 
 UPSTREAM_WORDS = {
@@ -124,7 +124,10 @@ async def attempt_send(
         )
     client = client_for(endpoint.provider.base_url)
     upstream_request = client.build_request(
-        "POST", wire.path, content=orjson.dumps(wire.json), headers=wire.headers
+        "POST",
+        url_for(endpoint.provider.base_url, wire.path),
+        content=orjson.dumps(wire.json),
+        headers=wire.headers,
     )
     started = time.monotonic()
     on_send()

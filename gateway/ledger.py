@@ -5,10 +5,11 @@ them in batches and stores them — ``generation`` records as ``Generation`` row
 Each gateway process gathers its records for a moment (LEDGER_BATCH_SECONDS) and appends them
 with one RPUSH, so the ledger costs a Redis round trip per batch, not one or two per request.
 
-Records go to Redis deflated (``record_encode``: zlib level 1, raw; about 2.4 KB of JSON per
-proxied request becomes about 1 KB, for some 20 µs of CPU): the ledger is most of what a request
-sends Redis. ``record_decode`` reads both forms, so records queued by an older process (plain
-JSON) are still stored.
+Records go to Redis deflated (``record_encode``: zlib level 1, raw, primed with the strings
+every record shares, ``ledger_dictionary``; about 2.9 KB of JSON per proxied request becomes
+about 530 bytes, for some 30 µs of CPU): the ledger was most of what a request sent Redis.
+``record_decode`` reads every earlier form too, so records queued by an older process (plain
+JSON, or deflated without the dictionary) are still stored.
 
 Records appended are not yet stored: a Redis that restarts empty loses them. So each process
 keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second) and, in the same
@@ -34,6 +35,7 @@ from django.db import models
 
 from common import redis as sy_redis
 from common.faultlog import faults
+from gateway.ledger_dictionary import DICTIONARY_1
 from gateway.models import Generation, StoredResponse
 from quotas.models import Reservation
 
@@ -58,18 +60,25 @@ RESPONSE_DELETED_SECONDS = int(4 * STALE_CLAIM_SECONDS)
 DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
 
 
-DEFLATED = b"\x01"  # a record's first byte when it is deflated (JSON starts with '{')
+# A record's first byte says how it was packed (JSON itself starts with '{'):
+DEFLATED = b"\x01"  # deflated alone (written by earlier versions, still read)
+DEFLATED_PRIMED = b"\x02"  # deflated with ledger_dictionary.DICTIONARY_1 as preset dictionary
 
 
 def record_encode(record: dict[str, Any]) -> bytes:
-    """One ledger record as it goes to Redis: its JSON, deflated when that is shorter."""
+    """One ledger record as it goes to Redis: its JSON, deflated with the records' preset
+    dictionary when that is shorter."""
     raw = orjson.dumps(record)
-    packed = zlib.compress(raw, 1, wbits=-15)
-    return DEFLATED + packed if len(packed) + 1 < len(raw) else raw
+    packer = zlib.compressobj(1, zlib.DEFLATED, -15, zdict=DICTIONARY_1)
+    packed = packer.compress(raw) + packer.flush()
+    return DEFLATED_PRIMED + packed if len(packed) + 1 < len(raw) else raw
 
 
 def record_decode(item: bytes) -> Any:
-    """A ledger record as queued in Redis (deflated or plain JSON)."""
+    """A ledger record as queued in Redis (deflated either way, or plain JSON)."""
+    if item[:1] == DEFLATED_PRIMED:
+        unpacker = zlib.decompressobj(-15, zdict=DICTIONARY_1)
+        return orjson.loads(unpacker.decompress(item[1:]) + unpacker.flush())
     if item[:1] == DEFLATED:
         return orjson.loads(zlib.decompress(item[1:], wbits=-15))
     return orjson.loads(item)

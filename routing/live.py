@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from common import redis as sy_redis
 from common.faultlog import faults
@@ -86,7 +87,13 @@ class LiveRouter:
             }
         )
         key = sy_redis.key("routing", "sticky", conversation)
-        self._later(sy_redis.async_client().set(key, value, px=max(1, int(ttl * 1000))))
+        self._later(self._sticky_write(key, value, max(1, int(ttl * 1000))))
+
+    async def _sticky_write(self, key: str, value: bytes, ttl_ms: int) -> None:
+        try:
+            await sy_redis.async_client().set(key, value, px=ttl_ms)
+        except RedisError:  # a lost pin only routes the next turn afresh (its cache may be cold)
+            faults.warning(log, "routing:sticky", "a conversation's endpoint was not pinned")
 
     def _later(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 
 import orjson
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from common import redis as sy_redis
 from gateway.ledger import (
     DEFLATED,
+    DEFLATED_PRIMED,
     LedgerBuffer,
     ledger_backlog,
     ledger_flush,
@@ -143,11 +145,12 @@ def test_it_keeps_what_it_appended_only_for_a_while_and_appends_it_again_only_af
 
 
 @pytest.mark.django_db
-def test_records_go_to_redis_deflated_and_plain_json_ones_are_still_stored(
+def test_records_go_to_redis_deflated_and_earlier_forms_are_still_stored(
     redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Most of what a request sends Redis is its ledger records: they travel deflated. Records
-    queued as plain JSON (by a process from before) are stored all the same."""
+    """Most of what a request sends Redis is its ledger records: they travel deflated, primed
+    with the strings every record shares. Records queued as plain JSON or deflated without the
+    dictionary (by a process from before) are stored all the same."""
     monkeypatch.setattr(sy_redis, "_async_client", None)
     buffer = LedgerBuffer()
     record = {"kind": "generation", **_generation("gen-deflated")}
@@ -162,11 +165,13 @@ def test_records_go_to_redis_deflated_and_plain_json_ones_are_still_stored(
 
     asyncio.run(main())
     [item] = sy_redis.sync_client().lrange(sy_redis.key("ledger"), 0, -1)
-    assert item[:1] == DEFLATED and len(item) < len(orjson.dumps(record)) / 2
+    assert item[:1] == DEFLATED_PRIMED and len(item) < len(orjson.dumps(record)) / 4
     assert record_decode(item) == orjson.loads(orjson.dumps(record))
     plain = {"kind": "generation", **_generation("gen-plain")}
-    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(plain))
+    earlier = {"kind": "generation", **_generation("gen-deflated-alone")}
+    alone = DEFLATED + zlib.compress(orjson.dumps(earlier), 1, wbits=-15)
+    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(plain), alone)
 
-    assert ledger_flush() == 2
+    assert ledger_flush() == 3
     stored = sorted(Generation.objects.values_list("id", flat=True))
-    assert stored == ["gen-deflated", "gen-plain"]
+    assert stored == ["gen-deflated", "gen-deflated-alone", "gen-plain"]

@@ -45,6 +45,17 @@ def delete_prefix(url: str, prefix: str) -> None:
         client.close()
 
 
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A key prefix of its own whose epoch is past its learning period (concurrency and
+    window limits grant at once); its keys are deleted afterwards. A module that needs a new
+    epoch (the broker's recovery) defines its own."""
+    p = unique_prefix()
+    redis.Redis.from_url(REDIS_URL).hset(f"{p}:epoch", mapping={"born": "0", "until": "0"})
+    yield p
+    delete_prefix(REDIS_URL, p)
+
+
 class RedisServer:
     """A private redis-server on a free loopback port, without persistence."""
 

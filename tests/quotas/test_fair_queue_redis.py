@@ -9,7 +9,6 @@ import math
 import multiprocessing
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from quotas.store.queue_memory import MemoryQueueStore
 from quotas.store.queue_redis import RedisQueueStore, queue_prefix
 from quotas.store.redis import RedisReservationStore
 from tests.quotas import fair_queue_load as load
-from tests.quotas.conftest import REDIS_URL, delete_prefix, unique_prefix
+from tests.quotas.conftest import REDIS_URL, delete_prefix
 from tests.quotas.fair_queue_load import pooled_client
 
 pytestmark = pytest.mark.slow
@@ -39,14 +38,6 @@ SPAWN = multiprocessing.get_context("spawn")
 POOL = load.POOL
 SLOTS = BucketSpec("alpha-conc", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 2)
 TPM = BucketSpec("alpha-tpm", POOL, Dimension.TOTAL_TOKENS, Rule.REFILL, 1000, 1.0)
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    p = unique_prefix()
-    redis.Redis.from_url(REDIS_URL).hset(f"{p}:epoch", mapping={"born": "0", "until": "0"})
-    yield p
-    delete_prefix(REDIS_URL, p)
 
 
 class Queues:

@@ -8,7 +8,6 @@ machine)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,7 +16,7 @@ import redis.asyncio
 from quotas.broker import Broker
 from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage
 from quotas.store.redis import RedisReservationStore
-from tests.quotas.conftest import REDIS_URL, delete_prefix, unique_prefix
+from tests.quotas.conftest import REDIS_URL
 
 SLOTS = BucketSpec("provider-slots", "provider:theta", Dimension.CONCURRENCY, Rule.CONCURRENCY, 2)
 LEASE = 0.3  # renewed every 0.1 s
@@ -35,15 +34,6 @@ class SwallowingStore(RedisReservationStore):
             return await super().renew(grant)
         except asyncio.CancelledError:
             raise RuntimeError("the cancellation, swallowed") from None
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    p = unique_prefix()
-    # An epoch past its learning period: concurrency is granted at once.
-    redis.Redis.from_url(REDIS_URL).hset(f"{p}:epoch", mapping={"born": "0", "until": "0"})
-    yield p
-    delete_prefix(REDIS_URL, p)
 
 
 @pytest.mark.timeout(20)  # before the fix this hung: held's exit waited for the renewal forever

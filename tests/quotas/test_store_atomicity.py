@@ -16,18 +16,10 @@ import redis.asyncio
 from quotas.core.model import Grant, Outcome, Refusal, Usage
 from quotas.store.redis import RedisReservationStore
 from tests.quotas import loadgen
-from tests.quotas.conftest import REDIS_URL, delete_prefix, unique_prefix
+from tests.quotas.conftest import REDIS_URL, unique_prefix
 
 pytestmark = pytest.mark.slow
 SPAWN = multiprocessing.get_context("spawn")
-
-
-@pytest.fixture
-def prefix():
-    p = unique_prefix()
-    redis.Redis.from_url(REDIS_URL).hset(f"{p}:epoch", mapping={"born": "0", "until": "0"})
-    yield p
-    delete_prefix(REDIS_URL, p)
 
 
 def store_for(runner, url, prefix, **options):
