@@ -402,7 +402,13 @@ async def _serve(
                 if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
                     metrics.child(metrics.UNEXPLAINED_429, admitted.endpoint.provider.name).inc()
                 if retry_after:
-                    await broker.pause_provider(admitted.buckets, retry_after, time.time())
+                    await broker.pause_provider(
+                        admitted.buckets,
+                        retry_after,
+                        time.time(),
+                        demand=demand,
+                        limits=attempt.limits,
+                    )
             decision = retry_decide(
                 FAILURES[failure.outcome],
                 retries_used=call.attempts - 1,

@@ -360,10 +360,26 @@ class Broker:
                 if result.outcome is Outcome.ADOPTED and self.recovery is not None:
                     self.recovery.poke()  # the state was lost: report now, not at the next beat
 
-    async def pause_provider(self, attempt: AttemptBuckets, retry_after: float, now: float) -> None:
-        """F2: Retry-After is a floor; bounded jitter spreads the waiters' wake-ups."""
+    async def pause_provider(
+        self,
+        attempt: AttemptBuckets,
+        retry_after: float,
+        now: float,
+        *,
+        demand: Usage | None = None,
+        limits: RateLimitInfo | None = None,
+    ) -> None:
+        """F2: Retry-After is a floor; bounded jitter spreads the waiters' wake-ups.
+
+        What is paused is the scope the 429 describes (``refused_scope``): one key of a pool
+        when its headers say its own limit refused, else the whole provider account."""
         until = jittered(now + retry_after, spread=pause_spread(retry_after), rng=self._rng)
-        await self.store.pause(attempt.provider_scope, until)
+        scope = attempt.provider_scope
+        if demand is not None and limits is not None:
+            scope = refused_scope(attempt, demand, limits)
+        if scope != attempt.provider_scope:
+            self.key_full(attempt, until, now)
+        await self.store.pause(scope, until)
 
     async def observe_refusal(
         self, attempt: AttemptBuckets, demand: Usage, limits: RateLimitInfo
@@ -428,6 +444,28 @@ def observed_buckets(attempt: AttemptBuckets, dimension: str) -> list[BucketSpec
         if kind in found:
             return found[kind]
     return []
+
+
+def refused_scope(attempt: AttemptBuckets, demand: Usage, limits: RateLimitInfo) -> str:
+    """The scope a provider 429 refused in: the key's own (or its project's) when every limit
+    its headers report short of what the attempt asked is one of the key's buckets
+    (``observed_buckets``); otherwise — the organisation's limit, or headers that explain
+    nothing — the provider account, as before pools."""
+    scopes: set[str] = set()
+    for observation in limits.observations:
+        remaining = observation.remaining
+        if remaining is None or remaining >= asked_of(observation.dimension, demand):
+            continue
+        described = observed_buckets(attempt, observation.dimension)
+        if not described:
+            return attempt.provider_scope
+        scopes |= {spec.scope for spec in described}
+    key_scopes = {f"{kind}:" for kind in KEY_SCOPES}
+    if len(scopes) == 1:
+        [scope] = scopes
+        if any(scope.startswith(prefix) for prefix in key_scopes):
+            return scope
+    return attempt.provider_scope
 
 
 _broker: Broker | None = None
