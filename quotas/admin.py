@@ -341,6 +341,9 @@ for page, scope_kind in (
     (tenants_admin.AppAdmin, "app"),
     (tenants_admin.ApiKeyAdmin, "api_key"),
     (routing_admin.ProviderAdmin, "provider"),
+    (routing_admin.ProviderProjectAdmin, "project"),
+    (routing_admin.CredentialAdmin, "credential"),
+    (routing_admin.EndpointAdmin, "endpoint"),
     (routing_admin.RouteModelAdmin, "model"),
 ):
     page.inlines = [*page.inlines, bucket_inline(scope_kind)]

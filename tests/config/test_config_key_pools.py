@@ -203,3 +203,15 @@ def test_it_loads_the_pool_and_the_hot_path_sees_every_scope(
         for r in pruned.removals
     )
     assert [c.name for c in catalogue_build().providers["alpha"].pool] == ["key-1", "key-2"]
+
+
+def test_the_readmes_key_pool_example_parses() -> None:
+    readme = (REFERENCE.parents[1] / "README.md").read_text()
+    section = readme.split("**An organisation with several keys")[1]
+    block = section.split("```yaml")[1].split("```")[0]
+
+    config = config_parse(yaml.safe_load(block))
+
+    assert [k.name for k in config.providers[0].keys] == ["key-1", "key-2"]
+    assert config.providers[0].keys[0].project == "research"
+    assert config.models[0].endpoints[0].limits[0].capacity == 3000
