@@ -21,13 +21,13 @@ from django.utils import timezone
 from common.redis import config_version_bump
 from configfile import ConfigError, KnownNames, config_parse, config_read
 from configfile.prune import SECTIONS, Removal, config_prune
-from configfile.schema import Config, KeySpec, TenantSpec
+from configfile.schema import Config, KeySpec, ProviderSpec, TenantSpec
 from configfile.summary import CREATED, KINDS, UNCHANGED, UPDATED, Summary
 from quotas.limits import LimitSpec
 from quotas.models import Bucket, WorkloadClass
-from quotas.names import bucket_name, scope_name
+from quotas.names import bucket_name, endpoint_scope_label, scope_name
 from routing import credentials
-from routing.models import Endpoint, Model, Provider
+from routing.models import Credential, Endpoint, Model, Provider, ProviderProject
 from tenants.keys import key_generate, key_hash, key_prefix
 from tenants.models import ApiKey, App, Partner, Team, Tenant
 
@@ -170,12 +170,64 @@ class _Writer:
                 values.update(self.credential(spec.name, spec.api_key_env, spec.path))
             provider = self.upsert("provider", spec.path, Provider, {"name": spec.name}, values)
             self.buckets("provider", provider, scope_name("provider", spec.name), spec.limits)
+            if provider is not None:
+                self.write_pool(provider, spec)
         self.write_models(config)
         for spec in config.partners:
             partner = self.upsert("partner", spec.path, Partner, {"name": spec.name}, {})
             self.buckets("partner", partner, scope_name("partner", spec.name), spec.limits)
         for spec in config.tenants:
             self.write_tenant(spec)
+
+    def write_pool(self, provider: Provider, spec: ProviderSpec) -> None:
+        """B2: the organisation's projects and its key pool, each with its own limits."""
+        projects: dict[str, ProviderProject | None] = {}
+        for project_spec in spec.projects:
+            projects[project_spec.name] = project = self.upsert(
+                "provider project",
+                project_spec.path,
+                ProviderProject,
+                {"provider": provider, "name": project_spec.name},
+                {},
+            )
+            scope = scope_name("project", spec.name, project_spec.name)
+            self.buckets("project", project, scope, project_spec.limits)
+        for key_spec in spec.keys:
+            values: dict[str, Any] = {
+                "project": projects.get(key_spec.project),
+                "is_active": key_spec.is_active,
+            }
+            existing = Credential.objects.filter(provider=provider, name=key_spec.name).first()
+            current = existing.api_key_encrypted if existing is not None else ""
+            values.update(
+                self.secret(key_spec.api_key_env, current, key_spec.path, str(key_spec.name))
+            )
+            credential = self.upsert(
+                "provider key",
+                key_spec.path,
+                Credential,
+                {"provider": provider, "name": key_spec.name},
+                values,
+            )
+            scope = scope_name("credential", spec.name, key_spec.name)
+            self.buckets("credential", credential, scope, key_spec.limits)
+
+    def secret(self, variable: str, current: str, path: str, what: str) -> dict[str, str]:
+        """A pool key's encrypted secret to store, or nothing (keep the current one) when the
+        variable is unset or holds the secret that is already stored."""
+        secret = self.env.get(variable, "")
+        if not secret:
+            self.summary.warnings.append(
+                f"{path}.api_key_env: {variable} is not set; key '{what}' keeps its current "
+                "secret (none if it is new)"
+            )
+            return {}
+        try:
+            if current and credentials.decrypt(current) == secret:
+                return {}
+        except credentials.CredentialError:
+            pass  # stored with an old key: replace it
+        return {"api_key_encrypted": credentials.encrypt(secret)}
 
     def write_models(self, config: Config) -> None:
         by_slug: dict[str, Model | None] = {}
@@ -201,7 +253,7 @@ class _Writer:
                 provider = Provider.objects.filter(name=ep.provider).first()
                 if provider is None:
                     continue  # its provider failed to save: already reported
-                self.upsert(
+                endpoint = self.upsert(
                     "endpoint",
                     ep.path,
                     Endpoint,
@@ -219,6 +271,8 @@ class _Writer:
                         "is_active": ep.is_active,
                     },
                 )
+                label = endpoint_scope_label(spec.slug, ep.provider)
+                self.buckets("endpoint", endpoint, scope_name("endpoint", label), ep.limits)
             self.buckets("model", model, scope_name("model", spec.slug), spec.limits)
         # Fallbacks may point forward in the file: set them once every model exists.
         for spec in config.models:

@@ -28,13 +28,16 @@ from configfile.schema import Config
 from configfile.scopes import scoped_limits
 from quotas.models import Bucket, Reservation, WorkloadClass
 from quotas.names import bucket_name
-from routing.models import Endpoint, Model, Provider
+from routing.models import Credential, Endpoint, Model, Provider, ProviderProject
 from tenants.models import ApiKey, App, Partner, Team, Tenant
 
 SECTIONS = ("workload_classes", "providers", "models", "partners", "tenants")
 REVOKED, DELETED, DEACTIVATED, KEPT = "revoked", "deleted", "deactivated", "kept"
 # Which section manages the buckets of each scope kind.
 _BUCKET_SECTIONS = {
+    "credential": "providers",
+    "project": "providers",
+    "endpoint": "models",
     "provider": "providers",
     "model": "models",
     "partner": "partners",
@@ -156,7 +159,9 @@ class _Pruner:
         obj.delete()
         self.note(kind, label, DELETED)
 
-    def deactivate(self, kind: str, label: str, obj: Tenant | Model | Provider, why: str) -> None:
+    def deactivate(
+        self, kind: str, label: str, obj: Tenant | Model | Provider | Credential, why: str
+    ) -> None:
         if obj.is_active:
             obj.is_active = False
             obj.save(update_fields=["is_active"])
@@ -186,6 +191,7 @@ class _Pruner:
 
     def providers(self) -> None:
         names = {p.name for p in self.config.providers}
+        self.pools()
         for provider in Provider.objects.exclude(name__in=names).order_by("name"):
             users = Endpoint.objects.filter(provider=provider).select_related("model")
             if users.exists():
@@ -196,6 +202,22 @@ class _Pruner:
             else:
                 provider.delete()
                 self.note("provider", provider.name, DELETED)
+
+    def pools(self) -> None:
+        """A key or project of a provider in the file that the file no longer names: a key is
+        deactivated (off the pool, its secret kept), a project deleted once no key uses it."""
+        for spec in self.config.providers:
+            keys = {k.name for k in spec.keys}
+            stale = Credential.objects.filter(provider__name=spec.name, is_active=True)
+            for credential in stale.exclude(name__in=keys).order_by("name"):
+                self.deactivate("provider key", str(credential), credential, "not in the file")
+            projects = {p.name for p in spec.projects}
+            gone = ProviderProject.objects.filter(provider__name=spec.name)
+            for project in gone.exclude(name__in=projects).order_by("name"):
+                if project.credentials.exists():
+                    Credential.objects.filter(project=project).update(project=None)
+                project.delete()
+                self.note("provider project", str(project), DELETED)
 
     def partners(self) -> None:
         names = {p.name for p in self.config.partners}

@@ -43,7 +43,30 @@ MIN_SECRET_LENGTH = 20
 
 
 @dataclass(frozen=True)
+class ProjectSpec:
+    """B2: a project / workspace of the provider organisation, with limits of its own."""
+
+    path: str
+    name: str
+    limits: list[LimitSpec]
+
+
+@dataclass(frozen=True)
+class CredentialSpec:
+    """B2: one API key of the organisation's key pool, with limits of its own."""
+
+    path: str
+    name: str
+    api_key_env: str
+    project: str
+    is_active: bool
+    limits: list[LimitSpec]
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
+    """A provider organisation (account): its ``limits`` are the organisation's."""
+
     path: str
     name: str
     protocol: str
@@ -53,6 +76,8 @@ class ProviderSpec:
     learn_concurrency: bool
     is_active: bool
     limits: list[LimitSpec]
+    projects: list[ProjectSpec] = field(default_factory=list)
+    keys: list[CredentialSpec] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -75,6 +100,8 @@ class EndpointSpec:
     supports: list[str]
     quality_flagged: bool
     is_active: bool
+    # The provider's limits on this one model for the organisation (endpoint scope, D1).
+    limits: list[LimitSpec] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -196,6 +223,34 @@ def parse_provider(s: Section) -> ProviderSpec:
         learn_concurrency=s.field("learn_concurrency", boolean, True),
         is_active=s.field("active", boolean, True),
         limits=s.sections("limits", parse_limit),
+        projects=s.sections("projects", parse_project),
+        keys=s.sections("keys", parse_credential),
+    )
+    if spec.keys and spec.api_key_env:
+        s.errors.add(
+            f"{s.path}.api_key_env",
+            "give either api_key_env (one key) or keys (a key pool), not both",
+        )
+    s.done()
+    return spec
+
+
+def parse_project(s: Section) -> ProjectSpec:
+    spec = ProjectSpec(
+        path=s.path, name=s.field("name", slug), limits=s.sections("limits", parse_limit)
+    )
+    s.done()
+    return spec
+
+
+def parse_credential(s: Section) -> CredentialSpec:
+    spec = CredentialSpec(
+        path=s.path,
+        name=s.field("name", slug),
+        api_key_env=s.field("api_key_env", env_name),
+        project=s.field("project", slug, ""),
+        is_active=s.field("active", boolean, True),
+        limits=s.sections("limits", parse_limit),
     )
     s.done()
     return spec
@@ -234,6 +289,7 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         supports=s.field("supports", list_of(choice(*CAPABILITIES)), []),
         quality_flagged=s.field("quality_flagged", boolean, False),
         is_active=s.field("active", boolean, True),
+        limits=s.sections("limits", parse_limit),
     )
     both = isinstance(spec.max_output, int) and isinstance(spec.context_window, int)
     if both and spec.max_output > spec.context_window:

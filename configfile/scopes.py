@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 
 from configfile.schema import Config
 from quotas.limits import LimitSpec
-from quotas.names import scope_name
+from quotas.names import endpoint_scope_label, scope_name
 
 
 def scoped_limits(config: Config) -> Iterator[tuple[str, LimitSpec]]:
@@ -17,8 +17,16 @@ def scoped_limits(config: Config) -> Iterator[tuple[str, LimitSpec]]:
     """
     for provider in config.providers:
         yield from _limits(provider.limits, "provider", provider.name)
+        for project in provider.projects:
+            yield from _limits(project.limits, "project", provider.name, project.name)
+        for credential in provider.keys:
+            yield from _limits(credential.limits, "credential", provider.name, credential.name)
     for model in config.models:
         yield from _limits(model.limits, "model", model.slug)
+        for endpoint in model.endpoints:
+            if model.slug is not None and endpoint.provider is not None:
+                label = endpoint_scope_label(model.slug, endpoint.provider)
+                yield from _limits(endpoint.limits, "endpoint", label)
     for partner in config.partners:
         yield from _limits(partner.limits, "partner", partner.name)
     for tenant in config.tenants:

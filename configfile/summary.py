@@ -9,7 +9,7 @@ from django.db import models
 
 from configfile.prune import Removal
 from quotas.models import Bucket, WorkloadClass
-from routing.models import Endpoint, Model, Provider
+from routing.models import Credential, Endpoint, Model, Provider, ProviderProject
 from tenants.models import ApiKey, App, Partner, Team, Tenant
 
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
@@ -17,6 +17,8 @@ CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 KINDS: dict[str, type[models.Model]] = {
     "workload class": WorkloadClass,
     "provider": Provider,
+    "provider project": ProviderProject,
+    "provider key": Credential,
     "model": Model,
     "endpoint": Endpoint,
     "partner": Partner,

@@ -35,6 +35,22 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
     _unique(errors, "partner", ((p.path, p.name) for p in config.partners))
     _unique(errors, "tenant", ((t.path, t.name) for t in config.tenants))
 
+    for provider in config.providers:
+        _unique(errors, "project", ((p.path, p.name) for p in provider.projects))
+        _unique(errors, "key", ((k.path, k.name) for k in provider.keys))
+        _unique(
+            errors,
+            "key variable",
+            ((k.path, k.api_key_env) for k in provider.keys),
+            key="api_key_env",
+        )
+        projects = {p.name for p in provider.projects}
+        for credential in provider.keys:
+            if credential.project:
+                _exists(
+                    errors, f"{credential.path}.project", "project", credential.project, projects
+                )
+
     providers = known.providers | {p.name for p in config.providers}
     models = known.models | {m.slug for m in config.models}
     workloads = known.workload_classes | {w.name for w in config.workload_classes}

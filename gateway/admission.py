@@ -26,7 +26,7 @@ from quotas.core.estimate import Corrections, Demand
 from quotas.core.fairqueue import QueueReason, QueueRefusal
 from quotas.core.model import Grant, Reason, Refusal
 from quotas.core.model import Usage as QuotaUsage
-from routing.catalogue import EndpointEntry
+from routing.catalogue import CredentialEntry, EndpointEntry
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
 CORRECTIONS = Corrections()
@@ -54,6 +54,12 @@ class Admitted:
 
     def mark_sent(self) -> None:
         self.sent = True
+
+    @property
+    def api_key(self) -> str:
+        """The provider key this attempt is sent with (its pool's chosen key, B2)."""
+        credential = self.buckets.credential
+        return credential.api_key if credential is not None else self.endpoint.provider.api_key
 
     def estimated_usage(self) -> Usage:
         return Usage(input_tokens=self.demand.input_tokens, output_tokens=self.demand.output_tokens)
@@ -100,18 +106,37 @@ async def admit(
             max_output=endpoint.max_output,
             corrections=CORRECTIONS,
         )
-        buckets = attempt_buckets(snapshot.quotas, call.principal, endpoint, model.id)
-        result = await _reserve(
-            call, broker, buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
-        )
-        if isinstance(result, Grant):
-            return _admitted(call, endpoint, buckets, result, demand, request)
-        refused.append(Candidate(endpoint, buckets, demand, result))
-        call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
-        if buckets.is_tenant_side(result.bucket):
+        usage = demand_usage(demand, endpoint)
+        tenant_bound = False
+        # B2: the provider's keys in a room-weighted shuffle; a key whose own bucket (or its
+        # project's) refuses leaves the next key a chance, any wider refusal ends the pool.
+        for credential in broker.key_order(endpoint.provider, time.time()):
+            buckets = attempt_buckets(
+                snapshot.quotas, call.principal, endpoint, model.id, credential
+            )
+            result = await _reserve(call, broker, buckets, usage, _turn(call, wait=False))
+            if isinstance(result, Grant):
+                broker.key_granted(buckets, result, time.time())
+                return _admitted(call, endpoint, buckets, result, demand, request)
+            refused.append(Candidate(endpoint, buckets, demand, result))
+            call.explanation.append(f"{attempt_label(endpoint, credential)}:{result.reason.value}")
+            if buckets.is_tenant_side(result.bucket):
+                tenant_bound = True
+                break
+            if not buckets.is_key_side(result.bucket):
+                break
+            broker.key_full(buckets, result.retry_at, time.time())
+        if tenant_bound:
             break  # the caller's own limit binds whichever endpoint serves the request
 
     return await _wait(call, request, refused, broker)
+
+
+def attempt_label(endpoint: EndpointEntry, credential: CredentialEntry | None) -> str:
+    """``alpha`` or, for a pooled key, ``alpha/key-2`` (the explanation's words)."""
+    if credential is None or credential.id is None:
+        return endpoint.provider.name
+    return f"{endpoint.provider.name}/{credential.name}"
 
 
 async def _wait(

@@ -58,6 +58,7 @@ class Attempt:
     stream: httpx.Response | None = None
     failure: Classified | None = None
     error: GatewayError | None = None  # what the caller sees if this failure is the last word
+    status: int = 0  # the provider's HTTP status when it answered with an error
     seconds: float = 0.0  # until the answer (or its first byte, for streams)
     sent: bool = True  # False: the adapter could not express the request, nothing went out
     passthrough: bool = False  # the door's own body went out; the provider's answers come back
@@ -75,6 +76,7 @@ async def attempt_send(
     model: str,
     created: int,
     on_send: Callable[[], None] = lambda: None,
+    api_key: str | None = None,
 ) -> Attempt:
     """``on_send`` is called just before the request goes out: from then on, whatever
     happens, the provider may have received it.
@@ -85,6 +87,8 @@ async def attempt_send(
     passthrough = request.native is not None and adapter.protocol == request.door.protocol
     attempt = Attempt(endpoint=endpoint, adapter=adapter, passthrough=passthrough)
     name = endpoint.provider.name
+    # B2: the pool key admission chose; the account's own key without a pool.
+    key = endpoint.provider.api_key if api_key is None else api_key
     stream = request.stream
     embed = request.operation == "embed"
     try:
@@ -92,14 +96,14 @@ async def attempt_send(
             wire = adapter.build_embeddings_request(
                 request.body,
                 upstream_model=endpoint.upstream_model,
-                api_key=endpoint.provider.api_key,
+                api_key=key,
             )
         elif passthrough:
             assert request.native is not None
             wire = adapter.build_native_request(
                 request.native,
                 upstream_model=endpoint.upstream_model,
-                api_key=endpoint.provider.api_key,
+                api_key=key,
                 stream=stream,
                 max_output=endpoint.max_output,
                 headers=request.headers,
@@ -108,7 +112,7 @@ async def attempt_send(
             wire = adapter.build_request(
                 request.body,
                 upstream_model=endpoint.upstream_model,
-                api_key=endpoint.provider.api_key,
+                api_key=key,
                 stream=stream,
                 max_output=endpoint.max_output,
             )
@@ -151,6 +155,7 @@ async def attempt_send(
             content = await response.aread()
         finally:
             await response.aclose()
+        attempt.status = response.status_code
         classified = adapter.classify(response.status_code, response.headers, content)
         error = _caller_error(name, response.status_code, classified, attempt.limits.retry_after)
         return _failed(attempt, classified, error)

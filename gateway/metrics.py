@@ -43,6 +43,11 @@ UNEXPLAINED_429 = Counter(
     "concurrency limit.",
     ["provider"],
 )
+KEYS_REFUSED = Counter(
+    "switchyard_provider_key_refused_total",
+    "Provider 401/403 answers to one key of a key pool: the key left the pool (B2).",
+    ["provider"],
+)
 RETRY_AFTER = Counter(
     "switchyard_provider_retry_after_total",
     "Provider refusals (429, 503, 529) that said when to come back, by provider.",

@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 
 from common.faultlog import faults
 from gateway import idempotency, jobs, metrics
-from gateway.admission import Admitted, admit
+from gateway.admission import Admitted, admit, attempt_label
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.dispatch import Attempt, attempt_send
@@ -370,6 +370,20 @@ async def _serve(
                     failure.outcome.value,
                     failure.message,
                 )
+            if _key_refused(attempt, admitted):
+                # B2: the provider refused this key, not the request: out of the pool at once;
+                # the provider stays in routing, and another key of its pool takes the retry.
+                now = time.time()
+                why = f"{attempt.status} {failure.message}"
+                await broker.key_failed(admitted.buckets, why, now)
+                label = attempt_label(admitted.endpoint, admitted.buckets.credential)
+                metrics.child(metrics.KEYS_REFUSED, admitted.endpoint.provider.name).inc()
+                call.explanation.append(f"{label}:key_refused")
+                budget_left = call.attempts - 1 < call.workload.retry_budget
+                usable = broker.keys_usable(admitted.endpoint.provider, now)
+                if budget_left and now < call.deadline and usable:
+                    step["next"] = "another_key"
+                    continue
             if not attempt.sent and len(candidates) > 1:
                 # Another endpoint may speak this request; nothing was sent, so no retry (F4).
                 call.attempts -= 1
@@ -388,7 +402,13 @@ async def _serve(
                 if await broker.observe_refusal(admitted.buckets, demand, attempt.limits):
                     metrics.child(metrics.UNEXPLAINED_429, admitted.endpoint.provider.name).inc()
                 if retry_after:
-                    await broker.pause_provider(admitted.buckets, retry_after, time.time())
+                    await broker.pause_provider(
+                        admitted.buckets,
+                        retry_after,
+                        time.time(),
+                        demand=demand,
+                        limits=attempt.limits,
+                    )
             decision = retry_decide(
                 FAILURES[failure.outcome],
                 retries_used=call.attempts - 1,
@@ -424,11 +444,21 @@ async def _dispatch(
         model=admitted.endpoint.model_slug,
         created=int(call.created),
         on_send=admitted.mark_sent,
+        api_key=admitted.api_key,
     )
     if call.stream:  # the stream's own lease keeper starts with the relay
         return await send
     async with broker.held(admitted.grant):
         return await send
+
+
+def _key_refused(attempt: Attempt, admitted: Admitted) -> bool:
+    """A 401 (or 403) from the provider on a pooled key: the key is refused, not the request."""
+    credential = admitted.buckets.credential
+    if credential is None or credential.id is None or attempt.failure is None:
+        return False
+    outcome = attempt.failure.outcome
+    return outcome is Outcome.AUTH or (outcome is Outcome.POLICY and attempt.status == 403)
 
 
 def _worth_retrying(call: Call, error: GatewayError) -> bool:

@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from common.durations import duration_format
 from quotas.levels import bucket_level_text
 from quotas.models import Bucket, WorkloadClass
-from quotas.names import bucket_qualifier, scope_name
+from quotas.names import bucket_qualifier, endpoint_scope_label, scope_name
 from routing import admin as routing_admin
 from tenants import admin as tenants_admin
 from tenants.admin_base import ConfigModelAdmin
@@ -68,6 +68,10 @@ def scope_path(kind: str, owner: models.Model) -> str:
         names = [owner.tenant.name, owner.name]  # type: ignore[attr-defined]
     elif kind == "model":
         names = [owner.slug]  # type: ignore[attr-defined]
+    elif kind in ("credential", "project"):
+        names = [owner.provider.name, owner.name]  # type: ignore[attr-defined]
+    elif kind == "endpoint":
+        names = [endpoint_scope_label(owner.model.slug, owner.provider.name)]  # type: ignore[attr-defined]
     else:
         names = [owner.name]  # type: ignore[attr-defined]
     return scope_name(kind, *names)
@@ -158,6 +162,10 @@ class BucketAdmin(ConfigModelAdmin):
         "team__tenant",
         "tenant",
         "partner",
+        "credential__provider",
+        "project__provider",
+        "endpoint__provider",
+        "endpoint__model",
         "provider",
         "model",
     ]
@@ -333,6 +341,9 @@ for page, scope_kind in (
     (tenants_admin.AppAdmin, "app"),
     (tenants_admin.ApiKeyAdmin, "api_key"),
     (routing_admin.ProviderAdmin, "provider"),
+    (routing_admin.ProviderProjectAdmin, "project"),
+    (routing_admin.CredentialAdmin, "credential"),
+    (routing_admin.EndpointAdmin, "endpoint"),
     (routing_admin.RouteModelAdmin, "model"),
 ):
     page.inlines = [*page.inlines, bucket_inline(scope_kind)]

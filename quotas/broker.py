@@ -24,8 +24,10 @@ from common.faultlog import faults
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
+from quotas.core.keypool import OUT_SECONDS, KeyPool, room_left
 from quotas.core.learned import asked_of, refusal_unexplained
 from quotas.core.model import (
+    BucketSpec,
     Dimension,
     Grant,
     Outcome,
@@ -39,10 +41,10 @@ from quotas.core.observed import LimitObservation, RateLimitInfo
 from quotas.core.observed import Usage as ProviderUsage
 from quotas.core.recovery import REPORT_SECONDS
 from quotas.queue import BrokerQueue
-from quotas.snapshot import QuotaSnapshot, ScopedBucket
+from quotas.snapshot import PROVIDER_SIDE, SCOPE_ORDER, QuotaSnapshot, ScopedBucket
 from quotas.store.queue_redis import RedisQueueStore
 from quotas.store.redis import RedisReservationStore
-from routing.catalogue import EndpointEntry
+from routing.catalogue import CredentialEntry, EndpointEntry, ProviderEntry
 from tenants.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -71,36 +73,82 @@ class RecoveryView(Protocol):
     def poke(self) -> None: ...
 
 
+# The scopes of one key of a pool: a refusal by one of them leaves the pool's other keys a
+# chance (another key, another project), a refusal by any wider one does not.
+KEY_SCOPES = frozenset({"credential", "project"})
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptBuckets:
-    """The buckets one attempt reserves in, narrowest first (D1)."""
+    """The buckets one attempt reserves in, narrowest first (D1), and the pool key it uses."""
 
     buckets: tuple[ScopedBucket, ...]
     provider_scope: str
+    credential: CredentialEntry | None = None
 
     @property
     def specs(self) -> list:
         return [b.spec for b in self.buckets]
 
+    @property
+    def credential_scope(self) -> str | None:
+        """The key's own scope (its pause key), or None for an account's single key."""
+        if self.credential is None or self.credential.id is None:
+            return None
+        return f"credential:{self.credential.id}"
+
     def is_tenant_side(self, name: str) -> bool:
         return any(b.spec.name == name and b.tenant_side for b in self.buckets)
 
+    def is_key_side(self, name: str) -> bool:
+        """Refused by the key's own bucket or its project's: another key may have room."""
+        return any(b.spec.name == name and b.scope_kind in KEY_SCOPES for b in self.buckets)
 
-def attempt_buckets(
-    quotas: QuotaSnapshot, principal: Principal, endpoint: EndpointEntry, model_id: int
-) -> AttemptBuckets:
-    scopes: list[tuple[str, int | None]] = [
+
+def attempt_scopes(
+    principal: Principal,
+    endpoint: EndpointEntry,
+    model_id: int,
+    credential: CredentialEntry | None = None,
+) -> list[tuple[str, int | None]]:
+    """The scope nodes an attempt reserves in, narrowest first (D1, ``SCOPE_ORDER``)."""
+    return [
         ("api_key", principal.key_id),
         ("app", principal.app_id),
         ("team", principal.team_id),
         ("tenant", principal.tenant_id),
         ("partner", principal.partner_id),
+        ("credential", credential.id if credential is not None else None),
+        ("project", credential.project_id if credential is not None else None),
+        ("endpoint", endpoint.id),
         ("provider", endpoint.provider.id),
         ("model", model_id),
     ]
+
+
+def attempt_buckets(
+    quotas: QuotaSnapshot,
+    principal: Principal,
+    endpoint: EndpointEntry,
+    model_id: int,
+    credential: CredentialEntry | None = None,
+) -> AttemptBuckets:
+    scopes = attempt_scopes(principal, endpoint, model_id, credential)
     return AttemptBuckets(
-        buckets=quotas.for_scopes(scopes), provider_scope=f"provider:{endpoint.provider.id}"
+        buckets=quotas.for_scopes(scopes),
+        provider_scope=f"provider:{endpoint.provider.id}",
+        credential=credential,
     )
+
+
+def key_room(attempt: AttemptBuckets, grant: Grant) -> float | None:
+    """The share left of the key's tightest own bucket after ``grant`` (None: it has none)."""
+    parts = [
+        (part.remaining, bucket.spec.capacity)
+        for bucket, part in zip(attempt.buckets, grant.parts, strict=False)
+        if bucket.scope_kind == "credential" and bucket.spec.rule is not Rule.RAMP
+    ]
+    return room_left(parts)
 
 
 def demand_usage(demand: Demand, endpoint: EndpointEntry) -> Usage:
@@ -170,6 +218,41 @@ class Broker:
         self.recovery: RecoveryView | None = None
         self._rng = random.Random()
         self._background: set[asyncio.Task[None]] = set()
+        # B2: what this process knows of every pooled key's room and health.
+        self.keys = KeyPool()
+
+    # -- key pools (B2) ------------------------------------------------------------------------
+
+    def key_order(self, provider: ProviderEntry, now: float) -> list[CredentialEntry]:
+        """The keys of ``provider``'s pool to try, best first (``KeyPool.order``)."""
+        pool = provider.pool
+        if len(pool) == 1:
+            return list(pool)
+        return self.keys.order(pool, now, self._rng)
+
+    def key_granted(self, attempt: AttemptBuckets, grant: Grant, now: float) -> None:
+        if attempt.credential is not None and len(grant.parts) == len(attempt.buckets):
+            self.keys.granted(attempt.credential, key_room(attempt, grant), now)
+
+    def key_full(self, attempt: AttemptBuckets, retry_at: float, now: float) -> None:
+        if attempt.credential is not None:
+            self.keys.full(attempt.credential, retry_at, now)
+
+    def keys_usable(self, provider: ProviderEntry, now: float) -> int:
+        return self.keys.usable(provider.pool, now)
+
+    async def key_failed(self, attempt: AttemptBuckets, why: str, now: float) -> None:
+        """The provider refused the attempt's key (401, 403): out of this process's pool at
+        once; and its own scope is paused in Redis, so every other process's reservation on
+        it (when it has buckets) is refused and moves to another key as well."""
+        credential = attempt.credential
+        if credential is None:
+            return
+        self.keys.failed(credential, now, why)
+        scope = attempt.credential_scope
+        if scope is not None:
+            with contextlib.suppress(Exception):  # the local eviction already holds
+                await self.store.pause(scope, now + OUT_SECONDS)
 
     async def admit(
         self, reservation_id: str, attempt: AttemptBuckets, demand: Usage, turn: Turn
@@ -277,10 +360,26 @@ class Broker:
                 if result.outcome is Outcome.ADOPTED and self.recovery is not None:
                     self.recovery.poke()  # the state was lost: report now, not at the next beat
 
-    async def pause_provider(self, attempt: AttemptBuckets, retry_after: float, now: float) -> None:
-        """F2: Retry-After is a floor; bounded jitter spreads the waiters' wake-ups."""
+    async def pause_provider(
+        self,
+        attempt: AttemptBuckets,
+        retry_after: float,
+        now: float,
+        *,
+        demand: Usage | None = None,
+        limits: RateLimitInfo | None = None,
+    ) -> None:
+        """F2: Retry-After is a floor; bounded jitter spreads the waiters' wake-ups.
+
+        What is paused is the scope the 429 describes (``refused_scope``): one key of a pool
+        when its headers say its own limit refused, else the whole provider account."""
         until = jittered(now + retry_after, spread=pause_spread(retry_after), rng=self._rng)
-        await self.store.pause(attempt.provider_scope, until)
+        scope = attempt.provider_scope
+        if demand is not None and limits is not None:
+            scope = refused_scope(attempt, demand, limits)
+        if scope != attempt.provider_scope:
+            self.key_full(attempt, until, now)
+        await self.store.pause(scope, until)
 
     async def observe_refusal(
         self, attempt: AttemptBuckets, demand: Usage, limits: RateLimitInfo
@@ -316,17 +415,57 @@ class Broker:
             if not self._worth_observing(observation):
                 continue
             assert observation.remaining is not None
-            for bucket in attempt.buckets:
-                spec = bucket.spec
-                if (
-                    bucket.scope_kind == "provider"
-                    and spec.rule is Rule.REFILL
-                    and spec.dimension in OBSERVED_DIMENSIONS.get(observation.dimension, ())
-                ):
-                    reset_at = now + (observation.reset_after or 0.0)
-                    await self.store.observe(
-                        spec, remaining=observation.remaining, reset_at=reset_at
-                    )
+            for spec in observed_buckets(attempt, observation.dimension):
+                reset_at = now + (observation.reset_after or 0.0)
+                await self.store.observe(spec, remaining=observation.remaining, reset_at=reset_at)
+
+
+def observed_buckets(attempt: AttemptBuckets, dimension: str) -> list[BucketSpec]:
+    """The buckets a provider header of ``dimension`` describes: the refill buckets of that
+    dimension in the narrowest provider-side scope of the attempt that has any (D1 order).
+
+    A provider's headers describe the limit that binds the key they were sent with: the key's
+    own when it has one of that dimension, else its project's, else the organisation's
+    (per model, then overall). So a key's headers tighten that key's bucket only, never the
+    organisation's shared one, and an account without pooled keys works as before.
+    """
+    wanted = OBSERVED_DIMENSIONS.get(dimension, ())
+    found: dict[str, list[BucketSpec]] = {}
+    for bucket in attempt.buckets:
+        spec = bucket.spec
+        if (
+            bucket.scope_kind in PROVIDER_SIDE
+            and spec.rule is Rule.REFILL
+            and spec.dimension in wanted
+            and not spec.learned
+        ):
+            found.setdefault(bucket.scope_kind, []).append(spec)
+    for kind in SCOPE_ORDER:
+        if kind in found:
+            return found[kind]
+    return []
+
+
+def refused_scope(attempt: AttemptBuckets, demand: Usage, limits: RateLimitInfo) -> str:
+    """The scope a provider 429 refused in: the key's own (or its project's) when every limit
+    its headers report short of what the attempt asked is one of the key's buckets
+    (``observed_buckets``); otherwise — the organisation's limit, or headers that explain
+    nothing — the provider account, as before pools."""
+    scopes: set[str] = set()
+    for observation in limits.observations:
+        remaining = observation.remaining
+        if remaining is None or remaining >= asked_of(observation.dimension, demand):
+            continue
+        described = observed_buckets(attempt, observation.dimension)
+        if not described:
+            return attempt.provider_scope
+        scopes |= {spec.scope for spec in described}
+    key_scopes = {f"{kind}:" for kind in KEY_SCOPES}
+    if len(scopes) == 1:
+        [scope] = scopes
+        if any(scope.startswith(prefix) for prefix in key_scopes):
+            return scope
+    return attempt.provider_scope
 
 
 _broker: Broker | None = None

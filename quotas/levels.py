@@ -25,6 +25,7 @@ from common.durations import duration_format
 from quotas.core.model import BucketLevel, BucketSpec
 from quotas.models import Bucket
 from quotas.snapshot import (
+    PROVIDER_SIDE,
     SCOPE_ORDER,
     UNBUILDABLE,
     bucket_spec,
@@ -39,7 +40,7 @@ from tenants.models import Tenant
 REDIS_TIMEOUT_SECONDS = 2.0
 WARN_FRACTION = 0.8
 # Pools that several tenants draw from: their levels reveal other tenants' usage.
-SHARED_SCOPES = frozenset({"partner", "provider", "model"})
+SHARED_SCOPES = frozenset({"partner", "credential", "project", "endpoint", "provider", "model"})
 DIMENSION_WORDS = {"spend": "spend (USD)", "concurrency": "concurrent requests"}
 
 
@@ -141,7 +142,14 @@ def level_buckets(
     if shared:
         if tenant.partner_id is not None:
             scope |= Q(partner_id=tenant.partner_id)
-        scope |= Q(provider__name__in=list(providers)) | Q(model__slug__in=list(models))
+        names = list(providers)
+        scope |= (
+            Q(provider__name__in=names)
+            | Q(credential__provider__name__in=names)
+            | Q(project__provider__name__in=names)
+            | Q(endpoint__provider__name__in=names)
+            | Q(model__slug__in=list(models))
+        )
     buckets = list(Bucket.objects.filter(scope).order_by("name"))
     if shared:  # the providers' learned concurrency limits: not rows, the broker adds them
         accounts = Provider.objects.filter(name__in=list(providers)).order_by("name")
@@ -152,7 +160,7 @@ def level_buckets(
 def broker_spec(bucket: Bucket) -> BucketSpec:
     """The bucket as the broker counts it (provider refill buckets keep their headroom)."""
     spec = bucket_spec(bucket)
-    if bucket.scope_kind == "provider":
+    if bucket.scope_kind in PROVIDER_SIDE:
         spec = with_headroom(spec, settings.PROVIDER_HEADROOM_SECONDS)
     return spec
 

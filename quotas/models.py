@@ -51,6 +51,9 @@ class Bucket(models.Model):
         TEAM = "team", "team"
         TENANT = "tenant", "tenant"
         PARTNER = "partner", "partner"
+        CREDENTIAL = "credential", "provider API key"
+        PROJECT = "project", "provider project"
+        ENDPOINT = "endpoint", "endpoint (provider × model)"
         PROVIDER = "provider", "provider account"
         MODEL = "model", "model route"
 
@@ -100,6 +103,23 @@ class Bucket(models.Model):
     partner = models.ForeignKey(
         "tenants.Partner", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
     )
+    credential = models.ForeignKey(
+        "routing.Credential",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="buckets",
+    )
+    project = models.ForeignKey(
+        "routing.ProviderProject",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="buckets",
+    )
+    endpoint = models.ForeignKey(
+        "routing.Endpoint", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
+    )
     provider = models.ForeignKey(
         "routing.Provider", null=True, blank=True, on_delete=models.CASCADE, related_name="buckets"
     )
@@ -125,7 +145,18 @@ class Bucket(models.Model):
         help_text="Evaluated and counted, but refuses nothing: try a new limit on live traffic.",
     )
 
-    SCOPE_FIELDS = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
+    SCOPE_FIELDS = (
+        "api_key",
+        "app",
+        "team",
+        "tenant",
+        "partner",
+        "credential",
+        "project",
+        "endpoint",
+        "provider",
+        "model",
+    )
     LIMIT_FIELDS = (
         "dimension",
         "rule",

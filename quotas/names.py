@@ -2,7 +2,9 @@
 
 A bucket's name appears in response headers and refusals sent to the tenant (H1), so it names
 the bucket's own scope only: ``tenant:acme:total_tokens:day``, ``provider:alpha:requests:1m``,
-``app:acme/search/web:concurrency``, ``api_key:acme/search/web/ci:spend:rolling-5h``.
+``app:acme/search/web:concurrency``, ``api_key:acme/search/web/ci:spend:rolling-5h``; on the
+provider side ``credential:alpha/key-1:requests:1m``, ``project:alpha/research:input_tokens:1m``
+and ``endpoint:acme/chat-large@alpha:output_tokens:1m``.
 Names are derived from the limit's shape, so they stay the same from one load to the next.
 """
 
@@ -15,6 +17,11 @@ from quotas.limits import LimitSpec
 def scope_name(kind: str, *names: str) -> str:
     """``scope_name("app", "acme", "search", "web")`` → ``app:acme/search/web``."""
     return f"{kind}:{'/'.join(names)}"
+
+
+def endpoint_scope_label(model_slug: str, provider: str) -> str:
+    """An endpoint's part of its buckets' names: ``acme/chat-large@alpha`` (the router's key)."""
+    return f"{model_slug}@{provider}"
 
 
 def bucket_qualifier(

@@ -21,9 +21,25 @@ from quotas.core.specs import bucket_spec_build, with_headroom, with_provider_ru
 from quotas.models import Bucket, WorkloadClass
 from routing.models import Provider
 
-# D1: the order in which a request's buckets are checked, narrowest scope first.
-SCOPE_ORDER = ("api_key", "app", "team", "tenant", "partner", "provider", "model")
+# D1: the order in which a request's buckets are checked, narrowest scope first: the caller's
+# side, then the provider's — the API key (credential) it is sent with, that key's project /
+# workspace, the organisation's limit on the one model (endpoint: provider × upstream model),
+# the organisation (the provider account), and last the gateway's model route.
+SCOPE_ORDER = (
+    "api_key",
+    "app",
+    "team",
+    "tenant",
+    "partner",
+    "credential",
+    "project",
+    "endpoint",
+    "provider",
+    "model",
+)
 TENANT_SIDE = frozenset(SCOPE_ORDER[:5])
+# The provider's own limits (B2): counted with headroom and the provider's counting rules.
+PROVIDER_SIDE = frozenset({"credential", "project", "endpoint", "provider"})
 # What building a row's spec raises when the row cannot be counted: a bad rule, dimension or
 # window (ValueError), a non-positive period or capacity, an unknown time zone, a bad scope.
 UNBUILDABLE = (ValueError, TypeError, LookupError, AttributeError)
@@ -82,6 +98,17 @@ def bucket_spec(bucket: Bucket) -> BucketSpec:
         factor=bucket.factor,
         shadow=bucket.shadow,
     )
+
+
+def bucket_provider(bucket: Bucket) -> Provider | None:
+    """The provider account whose limit a provider-side bucket is (None for other scopes)."""
+    kind = bucket.scope_kind
+    if kind == "provider":
+        return bucket.provider
+    if kind in ("credential", "project", "endpoint"):
+        owner = getattr(bucket, kind)
+        return owner.provider if owner is not None else None
+    return None
 
 
 def bucket_spec_or_none(bucket: Bucket) -> BucketSpec | None:
@@ -144,13 +171,17 @@ def quota_snapshot_build() -> QuotaSnapshot:
     A row that cannot be counted is left out with an ERROR log (``bucket_spec_or_none``).
     """
     grouped: dict[tuple[str, int], list[ScopedBucket]] = defaultdict(list)
-    for bucket in Bucket.objects.select_related("provider").order_by("name"):
+    rows = Bucket.objects.select_related(
+        "provider", "credential__provider", "project__provider", "endpoint__provider"
+    ).order_by("name")
+    for bucket in rows:
         spec = bucket_spec_or_none(bucket)
         if spec is None:
             continue
         scope_id = getattr(bucket, f"{bucket.scope_kind}_id")
-        if bucket.scope_kind == "provider":
-            spec = with_provider_rules(spec, bucket.provider.protocol)
+        provider = bucket_provider(bucket)
+        if provider is not None:
+            spec = with_provider_rules(spec, provider.protocol)
             spec = with_headroom(spec, settings.PROVIDER_HEADROOM_SECONDS)
         grouped[(bucket.scope_kind, scope_id)].append(
             ScopedBucket(spec=spec, scope_kind=bucket.scope_kind)

@@ -1,4 +1,6 @@
-"""Admin for the catalogue: providers (credential write-only), models and their endpoints.
+"""Admin for the catalogue: providers (credential write-only), their projects and key pools
+(SPEC B2: each key write-only, with its own limits on the bucket pages), models and their
+endpoints.
 
 Tenant members (A4) may read the catalogue — models, endpoints, prices — but never providers
 (accounts and credentials) nor the provider- and model-scoped buckets.
@@ -13,7 +15,7 @@ from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
-from routing.models import Endpoint, Model, Provider
+from routing.models import Credential, Endpoint, Model, Provider, ProviderProject
 from tenants import admin as tenants_admin
 from tenants.admin_base import ConfigModelAdmin
 from tenants.models import ApiKey
@@ -48,6 +50,75 @@ class ProviderForm(forms.ModelForm):  # type: ignore[type-arg]
         ]
 
 
+class CredentialForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A pool key's secret can be replaced here, never read back."""
+
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted. Leave blank to keep the current key.",
+    )
+
+    class Meta:
+        model = Credential
+        fields = ["provider", "name", "project", "is_active"]
+
+    def save(self, commit: bool = True) -> Credential:
+        credential: Credential = super().save(commit=False)
+        if self.cleaned_data.get("api_key"):
+            credential.set_api_key(self.cleaned_data["api_key"])
+        if commit:
+            credential.save()
+        return credential
+
+
+class CredentialInline(admin.TabularInline):  # type: ignore[type-arg]
+    """The organisation's key pool on its provider page (B2)."""
+
+    model = Credential
+    form = CredentialForm
+    extra = 0
+    fields = ["name", "project", "api_key", "is_active"]
+    show_change_link = True
+
+
+class ProviderProjectInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = ProviderProject
+    extra = 0
+    fields = ["name"]
+    show_change_link = True
+
+
+@admin.register(Credential)
+class CredentialAdmin(ConfigModelAdmin):
+    """One key of a provider's pool: its limits are buckets of scope "provider API key"; turn
+    it off to take it out of the pool (the gateway also takes a key out by itself, for a while,
+    when the provider answers it 401 or 403)."""
+
+    form = CredentialForm
+    fields = ["provider", "name", "project", "api_key", "is_active"]
+    list_display = ["__str__", "provider", "project", "has_secret", "is_active"]
+    list_filter = ["provider", "is_active"]
+    search_fields = ["name", "provider__name"]
+    list_select_related = ["provider", "project"]
+    ordering = ["provider__name", "name"]
+
+    @admin.display(description="secret", boolean=True)
+    def has_secret(self, credential: Credential) -> bool:
+        return bool(credential.api_key_encrypted)
+
+
+@admin.register(ProviderProject)
+class ProviderProjectAdmin(ConfigModelAdmin):
+    list_display = ["__str__", "provider"]
+    list_filter = ["provider"]
+    search_fields = ["name", "provider__name"]
+    list_select_related = ["provider"]
+    ordering = ["provider__name", "name"]
+
+
 @admin.register(Provider)
 class ProviderAdmin(ConfigModelAdmin):
     # Explicit: a Count annotation drops Meta.ordering, and autocomplete pages need an order.
@@ -74,6 +145,7 @@ class ProviderAdmin(ConfigModelAdmin):
     ]
     list_filter = ["protocol", "is_active"]
     search_fields = ["name", "base_url"]
+    inlines = [ProviderProjectInline, CredentialInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Provider]:
         return super().get_queryset(request).annotate(endpoint_count=Count("endpoints"))

@@ -6,7 +6,18 @@ from dataclasses import dataclass, field
 
 from routing.core.catalogue import EndpointConfig, ModelConfig
 from routing.core.overrides import model_suffix_split
-from routing.models import Endpoint, Model, Provider, routing_parameters
+from routing.models import Credential, Endpoint, Model, Provider, routing_parameters
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialEntry:
+    """One API key of a provider's key pool (B2). ``id`` None: the account's own single key
+    (a provider that declares no ``keys``), which has no buckets of its own."""
+
+    id: int | None
+    name: str
+    api_key: str
+    project_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +28,12 @@ class ProviderEntry:
     base_url: str
     api_key: str
     cache_ttl_seconds: float
+    # The key pool, in name order; never empty (the account's own key when it declares none).
+    credentials: tuple[CredentialEntry, ...] = ()
+
+    @property
+    def pool(self) -> tuple[CredentialEntry, ...]:
+        return self.credentials or (CredentialEntry(None, "", self.api_key),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +98,11 @@ class Catalogue:
 
 
 def catalogue_build() -> Catalogue:
+    pools: dict[int, list[CredentialEntry]] = {}
+    for c in Credential.objects.filter(is_active=True).order_by("name"):
+        pools.setdefault(c.provider_id, []).append(
+            CredentialEntry(id=c.pk, name=c.name, api_key=c.get_api_key(), project_id=c.project_id)
+        )
     providers = {
         p.pk: ProviderEntry(
             id=p.pk,
@@ -89,6 +111,7 @@ def catalogue_build() -> Catalogue:
             base_url=p.base_url.rstrip("/"),
             api_key=p.get_api_key(),
             cache_ttl_seconds=p.cache_ttl_seconds,
+            credentials=tuple(pools.get(p.pk, ())),
         )
         for p in Provider.objects.filter(is_active=True)
     }

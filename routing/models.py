@@ -68,6 +68,72 @@ class Provider(ConfigRules, models.Model):
         return credentials.decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
 
 
+class ProviderProject(models.Model):
+    """B2, D1: a project / workspace of a provider organisation (the ``Provider`` account),
+    which providers give limits of its own; its API keys draw from them and the organisation's."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="projects")
+    name = models.SlugField(max_length=100)
+
+    class Meta:
+        ordering = ["provider__name", "name"]
+        verbose_name = "provider project"
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "name"], name="provider_project_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider.name}/{self.name}"
+
+
+class Credential(models.Model):
+    """One API key of a provider organisation (a key pool's member, SPEC B2): its own buckets,
+    its own health. A provider with none uses its account's own ``api_key_encrypted``."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="credentials")
+    project = models.ForeignKey(
+        ProviderProject,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="credentials",
+        help_text="The project / workspace the key belongs to (its limits apply too).",
+    )
+    name = models.SlugField(max_length=100)
+    # Fernet token (routing/credentials.py); never shown back.
+    api_key_encrypted = models.TextField(blank=True, default="", editable=False)
+    is_active = models.BooleanField(
+        default=True, help_text="Off: the key is not used (revoked, or kept for later)."
+    )
+
+    class Meta:
+        ordering = ["provider__name", "name"]
+        verbose_name = "provider credential"
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "name"], name="credential_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider.name}/{self.name}"
+
+    def clean(self) -> None:
+        if (
+            self.project_id is not None
+            and self.provider_id is not None
+            and self.project is not None
+            and self.project.provider_id != self.provider_id
+        ):
+            raise ValidationError(
+                {"project": f"must be a project of the provider '{self.provider.name}'"}
+            )
+
+    def set_api_key(self, secret: str) -> None:
+        self.api_key_encrypted = credentials.encrypt(secret) if secret else ""
+
+    def get_api_key(self) -> str:
+        return credentials.decrypt(self.api_key_encrypted) if self.api_key_encrypted else ""
+
+
 class Model(ConfigRules, models.Model):
     """A public model id clients send (e.g. ``acme/chat-large``)."""
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from simulator.model.counters import CLIENT_CLOSED, ProviderCounters
 from simulator.model.distributions import LogNormal
 from simulator.model.jsonvalues import generate_value
-from simulator.model.limits import LimitStatus, ProviderLimits, RejectionReason
+from simulator.model.limits import LimitStatus, ProviderLimits, RejectionReason, status_merged
 from simulator.model.market import IncidentSpec, ModelSpec, ProviderSpec
 from simulator.model.outcomes import Failure, Plan, Rejection, StopReason, ToolCall
 from simulator.model.request import CompletionRequest, ToolSpec
@@ -72,6 +72,13 @@ class ProviderBehaviour:
         self.rng = rng
         self.started_at = started_at
         self.limits = ProviderLimits(spec.limits, started_at)
+        # B2: each key's own limits, checked before the organisation's; by key name.
+        self.key_limits = {
+            k.name: ProviderLimits(k.limits, started_at)
+            for k in spec.keys
+            if any(v is not None for v in vars(k.limits).values())
+        }
+        self._plan_keys: dict[int, str] = {}
         self.counters = ProviderCounters()
         self.overload_status = 529 if spec.protocol == "anthropic" else 503
         self._incidents = [
@@ -88,8 +95,13 @@ class ProviderBehaviour:
 
     # -- admission ---------------------------------------------------------------------------
 
-    def admit(self, now: float, request: CompletionRequest) -> Plan | Rejection:
-        """Decide one request at ``now``: refuse it, or plan how it will be served."""
+    def admit(
+        self, now: float, request: CompletionRequest, key: str | None = None
+    ) -> Plan | Rejection:
+        """Decide one request at ``now``: refuse it, or plan how it will be served.
+
+        ``key``: the name of the organisation's API key it came with (B2), whose own limits
+        apply before the organisation's, and whose headers describe them."""
         known = request.model in self.spec.models
         self.counters.record_request(request.model if known else None)
         if not known:
@@ -100,10 +112,20 @@ class ProviderBehaviour:
                 now, request.model, 400, "context_length_exceeded", request.input_tokens
             )
         reserved = 0 if request.embedding else request.max_tokens or model.spec.max_output_tokens
-        refusal = self.limits.try_admit(now, request.input_tokens, reserved)
+        per_key = self.counters.key(key) if key is not None else None
+        if per_key is not None:
+            per_key.requests += 1
+        own = self.key_limits.get(key) if key is not None else None
+        refusal = own.try_admit(now, request.input_tokens, reserved) if own else None
+        if refusal is None:
+            refusal = self.limits.try_admit(now, request.input_tokens, reserved)
+            if refusal is not None and own is not None:
+                own.undo_admit(now, request.input_tokens, reserved)
         if refusal is not None:
             self.counters.rate_limited[refusal.reason] += 1
             self.counters.record_response(429, request.model)
+            if per_key is not None:
+                per_key.rate_limited += 1
             return Rejection(
                 status=429,
                 reason=refusal.reason,
@@ -111,13 +133,20 @@ class ProviderBehaviour:
                 retry_after_s=refusal.retry_after_s,
                 limit=refusal.limit,
                 requested=refusal.requested,
-                limits=self.limits.status(now),
+                limits=self.limit_status(now, key),
             )
-        plan = self._plan(now, request, model, reserved)
+        plan = self._plan(now, request, model, reserved, key)
         if self.spec.protocol == "anthropic" and plan.cached_input_tokens:
             # Anthropic's ITPM does not count prompt-cache reads (research/reliability.md
             # §1.2): checked on the whole prompt, the reads are given back once found.
             self.limits.give_back_input(now, plan.cached_input_tokens)
+            if own is not None:
+                own.give_back_input(now, plan.cached_input_tokens)
+        if key is not None:
+            self._plan_keys[plan.serial] = key
+        if per_key is not None:
+            per_key.admitted += 1
+            per_key.input_tokens += plan.input_tokens
         self._open.add(plan.serial)
         counters = self.counters
         counters.peak_concurrency = max(counters.peak_concurrency, self.limits.in_flight)
@@ -137,6 +166,10 @@ class ProviderBehaviour:
         self._open.discard(plan.serial)
         sent = min(max(0, output_tokens_sent), plan.reserved_output_tokens)
         self.limits.release(now, plan.reserved_output_tokens - sent)
+        key = self._plan_keys.pop(plan.serial, None)
+        own = self.key_limits.get(key) if key is not None else None
+        if own is not None:
+            own.release(now, plan.reserved_output_tokens - sent)
         counters = self.counters
         counters.output_tokens += sent
         counters.model(plan.model).output_tokens += sent
@@ -189,8 +222,12 @@ class ProviderBehaviour:
     def in_flight(self) -> int:
         return self.limits.in_flight
 
-    def limit_status(self, now: float) -> LimitStatus:
-        return self.limits.status(now)
+    def limit_status(self, now: float, key: str | None = None) -> LimitStatus:
+        """The limits as ``key``'s headers describe them (the organisation's without a key)."""
+        own = self.key_limits.get(key) if key is not None else None
+        if own is None:
+            return self.limits.status(now)
+        return status_merged(self.limits.status(now), own.status(now))
 
     def reset_counters(self) -> None:
         """Zero the counters (not the limits); the peak restarts from what is in flight now."""
@@ -216,7 +253,12 @@ class ProviderBehaviour:
         )
 
     def _plan(
-        self, now: float, request: CompletionRequest, model: EffectiveModel, reserved: int
+        self,
+        now: float,
+        request: CompletionRequest,
+        model: EffectiveModel,
+        reserved: int,
+        key: str | None = None,
     ) -> Plan:
         rng, spec = self.rng, model.spec
         cached = created = 0
@@ -254,7 +296,7 @@ class ProviderBehaviour:
             stop_sequence=stop_sequence,
             tool_call=tool_call,
             failure=failure,
-            limits=self.limits.status(now),
+            limits=self.limit_status(now, key),
             answer_json=answer_json,
             thinking_tokens=thinking,
         )

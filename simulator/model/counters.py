@@ -29,6 +29,20 @@ class ModelCounters:
 
 
 @dataclass
+class KeyCounters:
+    """What one API key of the organisation sent (B2): a test checks each key's limit."""
+
+    requests: int = 0  # calls that reached the limits (authenticated, known model)
+    admitted: int = 0
+    input_tokens: int = 0
+    rate_limited: int = 0
+    unauthorized: int = 0  # 401s: revoked or unknown key
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass
 class ProviderCounters:
     """Totals since start or the last reset; ``rate_limited`` counts 429s by reason."""
 
@@ -43,6 +57,13 @@ class ProviderCounters:
     malformed_tool_calls: int = 0
     disconnects: int = 0
     models: dict[str, ModelCounters] = field(default_factory=dict)
+    keys: dict[str, KeyCounters] = field(default_factory=dict)
+
+    def key(self, name: str) -> KeyCounters:
+        counters = self.keys.get(name)
+        if counters is None:
+            counters = self.keys[name] = KeyCounters()
+        return counters
 
     def model(self, name: str) -> ModelCounters:
         counters = self.models.get(name)
@@ -79,4 +100,5 @@ class ProviderCounters:
             "malformed_tool_calls": self.malformed_tool_calls,
             "disconnects": self.disconnects,
             "models": {name: counters.as_dict() for name, counters in sorted(self.models.items())},
+            "keys": {name: counters.as_dict() for name, counters in sorted(self.keys.items())},
         }

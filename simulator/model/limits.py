@@ -171,6 +171,19 @@ class ProviderLimits:
         self.in_flight += 1
         return None
 
+    def undo_admit(self, now: float, input_tokens: int, output_tokens: int) -> None:
+        """Take back a ``try_admit`` that a wider limit then refused (a key's, B2)."""
+        for bucket, amount in (
+            (self.requests, 1),
+            (self.input_tokens, input_tokens),
+            (self.output_tokens, output_tokens),
+        ):
+            if bucket is not None:
+                bucket.give_back(now, amount)
+        if self.daily is not None:
+            self.daily.used = max(0, self.daily.used - 1)
+        self.in_flight = max(0, self.in_flight - 1)
+
     def give_back_input(self, now: float, tokens: int) -> None:
         """Input tokens admitted but not counted after all (prompt-cache reads)."""
         if self.input_tokens is not None:
@@ -206,6 +219,14 @@ class ProviderLimits:
             free = max(0, self.spec.concurrency - self.in_flight)
             dimensions.append(DimensionStatus("concurrency", self.spec.concurrency, free, 0.0))
         return LimitStatus(tuple(dimensions))
+
+
+def status_merged(organisation: LimitStatus, key: LimitStatus) -> LimitStatus:
+    """What one key's headers describe (B2): per dimension, the key's own limit where it has
+    one, the organisation's where it does not."""
+    own = {d.dimension: d for d in key.dimensions}
+    merged = [own.pop(d.dimension, d) for d in organisation.dimensions]
+    return LimitStatus((*merged, *own.values()))
 
 
 def _bucket(per_minute: int | None, now: float) -> TokenBucket | None:

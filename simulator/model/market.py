@@ -128,6 +128,17 @@ _OVERRIDABLE = (
 
 
 @dataclass(frozen=True)
+class KeySpec:
+    """One API key of the provider organisation (SPEC B2), with limits of its own on top of the
+    organisation's ``limits``; a revoked key is answered 401, like a key the provider deleted."""
+
+    name: str
+    key: str
+    limits: LimitsSpec = LimitsSpec()
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
     name: str
     port: int
@@ -135,6 +146,8 @@ class ProviderSpec:
     limits: LimitsSpec
     models: Mapping[str, ModelSpec]
     incidents: tuple[IncidentSpec, ...] = field(default=())
+    # Empty: any key is accepted (one organisation, one key). Else only these keys are.
+    keys: tuple[KeySpec, ...] = field(default=())
 
 
 _LATENCY_FIELDS = frozenset({"median", "p95"})
@@ -149,7 +162,8 @@ _LIMIT_FIELDS = frozenset(
     | {"concurrency", "requests_per_day"}
 )
 _INCIDENT_FIELDS = frozenset({"model", "at", "for", *_OVERRIDABLE})
-_PROVIDER_FIELDS = frozenset({"name", "port", "protocol", "limits", "models", "incidents"})
+_PROVIDER_FIELDS = frozenset({"name", "port", "protocol", "limits", "models", "incidents", "keys"})
+_KEY_FIELDS = frozenset({"name", "key", "limits", "revoked"})
 
 
 def parse_latency(node: Node) -> LatencySpec:
@@ -242,6 +256,31 @@ def parse_incident(
     return IncidentSpec(at=at, duration=node.get("for").duration(), model=model, **overrides)
 
 
+def parse_key(node: Node, index: int) -> KeySpec:
+    node.mapping(_KEY_FIELDS)
+    revoked = node.get("revoked").value if node.has("revoked") else False
+    if not isinstance(revoked, bool):
+        raise MarketError(node.child_path("revoked"), "must be true or false")
+    return KeySpec(
+        name=node.get("name").text() if node.has("name") else f"key-{index + 1}",
+        key=node.get("key").text(),
+        limits=parse_limits(node.get("limits")) if node.has("limits") else LimitsSpec(),
+        revoked=revoked,
+    )
+
+
+def parse_keys(node: Node) -> tuple[KeySpec, ...]:
+    keys = tuple(parse_key(item, i) for i, item in enumerate(node.elements()))
+    for what in ("name", "key"):
+        seen: set[str] = set()
+        for index, key in enumerate(keys):
+            value = getattr(key, what)
+            if value in seen:
+                raise MarketError(f"{node.child_path(index)}.{what}", f"duplicate {value!r}")
+            seen.add(value)
+    return keys
+
+
 def parse_provider(node: Node) -> ProviderSpec:
     node.mapping(_PROVIDER_FIELDS)
     protocol = node.get("protocol").text()
@@ -256,6 +295,7 @@ def parse_provider(node: Node) -> ProviderSpec:
     incidents: tuple[IncidentSpec, ...] = ()
     if node.has("incidents"):
         incidents = tuple(parse_incident(item, models) for item in node.get("incidents").elements())
+    keys = parse_keys(node.get("keys")) if node.has("keys") else ()
     return ProviderSpec(
         name=node.get("name").text(),
         port=node.get("port").integer(minimum=0, maximum=65535),
@@ -263,6 +303,7 @@ def parse_provider(node: Node) -> ProviderSpec:
         limits=limits,
         models=models,
         incidents=incidents,
+        keys=keys,
     )
 
 

@@ -79,6 +79,16 @@ class AnthropicWire:
             return None
         return self.error(401, "x-api-key header is required")
 
+    def api_key(self, headers: dict[str, str]) -> str:
+        """The key a request came with (after ``authenticate`` let it through)."""
+        key = headers.get("x-api-key", "").strip()
+        return key or headers.get("authorization", "").partition(" ")[2].strip()
+
+    def key_refused(self, shown: str) -> Response:
+        """401 for a key the organisation does not have (revoked or never issued)."""
+        del shown  # Anthropic does not echo the key
+        return self.error(401, "invalid x-api-key")
+
     def parse(self, headers: dict[str, str], body: bytes) -> Parsed:
         if not headers.get("anthropic-version", "").strip():
             raise BadRequest("anthropic-version: header is required")

@@ -82,6 +82,10 @@ class ProviderApp:
         # Calls received per caller (the body's end-user field), refused ones included: a fault
         # test tags each of its requests and checks the provider saw one call per attempt.
         self._calls: Counter[str] = Counter()
+        # B2: the organisation's keys by secret (none: any key is accepted), and the revoked
+        # ones (configured, or POST /_keys/revoke): answered 401 like a deleted key.
+        self._keys = {k.key: k.name for k in self.spec.keys}
+        self._revoked = {k.key for k in self.spec.keys if k.revoked}
 
     def __call__(self, exchange: Exchange) -> None:
         request = exchange.request
@@ -109,6 +113,10 @@ class ProviderApp:
             return exchange.respond(200, [], b'{"reset": true}')
         if path == "/_incident" and method == "POST":
             return self._incident(exchange)
+        if path in ("/_keys/revoke", "/_keys/restore") and method == "POST":
+            return self._key_state(exchange, revoke=path.endswith("revoke"))
+        if path == "/_keys" and method == "GET":
+            return exchange.respond(200, [], orjson.dumps(self._key_list()))
         if path == "/_health" and method == "GET":
             return exchange.respond(200, [], b'{"ok": true}')
         self._send(exchange, self.wire.not_found(path))
@@ -147,6 +155,8 @@ class ProviderApp:
         now = self.clock()
         wire, request, counters = self.wire, exchange.request, self.behaviour.counters
         refused = wire.authenticate(request.headers)
+        if refused is None:
+            refused, key = self._key_check(request.headers)
         if refused is not None:
             counters.record_refused(refused.status, None)
             return self._send(exchange, refused)
@@ -156,7 +166,7 @@ class ProviderApp:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
         self._count_call(parsed.caller, now)
-        outcome = self.behaviour.admit(now, parsed.request)
+        outcome = self.behaviour.admit(now, parsed.request, key)
         if isinstance(outcome, Rejection):
             self._note_retry_after(outcome, now)
             return self._send(exchange, wire.rejection(outcome, parsed.request.model, now))
@@ -294,6 +304,8 @@ class ProviderApp:
         wire, request, counters = self.wire, exchange.request, self.behaviour.counters
         assert isinstance(wire, OpenAIWire)
         refused = wire.authenticate(request.headers)
+        if refused is None:
+            refused, key = self._key_check(request.headers)
         if refused is not None:
             counters.record_refused(refused.status, None)
             return self._send(exchange, refused)
@@ -305,7 +317,7 @@ class ProviderApp:
             return self._send(exchange, wire.bad_request(error))
         self._count_call(parsed.caller, now)
         completion = CompletionRequest(parsed.model, parsed.input_tokens, embedding=True)
-        outcome = self.behaviour.admit(now, completion)
+        outcome = self.behaviour.admit(now, completion, key)
         if isinstance(outcome, Rejection):
             self._note_retry_after(outcome, now)
             return self._send(exchange, wire.rejection(outcome, parsed.model, now))
@@ -335,6 +347,46 @@ class ProviderApp:
                 param="dimensions",
             )
         return native
+
+    # -- keys (B2) ---------------------------------------------------------------------------
+
+    def _key_check(self, headers: dict[str, str]) -> tuple[Response | None, str | None]:
+        """The name of the organisation's key a request came with, or the 401 for a key it
+        does not have (revoked, unknown). Without configured keys any key is fine (None)."""
+        if not self._keys:
+            return None, None
+        secret = self.wire.api_key(headers)
+        name = self._keys.get(secret)
+        if name is not None and secret not in self._revoked:
+            return None, name
+        self.behaviour.counters.key(name or "unknown").unauthorized += 1
+        shown = f"{secret[:3]}…{secret[-4:]}" if len(secret) > 8 else "***"
+        return self.wire.key_refused(shown), None
+
+    def _key_list(self) -> dict[str, Any]:
+        return {
+            "keys": [{"name": k.name, "revoked": k.key in self._revoked} for k in self.spec.keys]
+        }
+
+    def _key_state(self, exchange: Exchange, *, revoke: bool) -> None:
+        """``POST /_keys/revoke`` / ``/_keys/restore`` with ``{"name": …}`` or ``{"key": …}``."""
+        try:
+            data = orjson.loads(exchange.request.body or b"{}")
+        except orjson.JSONDecodeError:
+            return exchange.respond(400, [], b'{"error": "the body must be a JSON object"}')
+        by_name = {k.name: k.key for k in self.spec.keys}
+        wanted = data.get("key") if isinstance(data, dict) else None
+        if wanted is None and isinstance(data, dict):
+            wanted = by_name.get(data.get("name"))  # type: ignore[arg-type]
+        if not isinstance(wanted, str) or wanted not in self._keys:
+            known = ", ".join(sorted(by_name)) or "none configured"
+            error = {"error": f"give the 'name' or 'key' of a configured key (known: {known})"}
+            return exchange.respond(404, [], orjson.dumps(error))
+        if revoke:
+            self._revoked.add(wanted)
+        else:
+            self._revoked.discard(wanted)
+        exchange.respond(200, [], orjson.dumps(self._key_list()))
 
     # -- control endpoints -------------------------------------------------------------------
 

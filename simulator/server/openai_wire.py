@@ -66,6 +66,18 @@ class OpenAIWire:
         )
         return self.error(401, "invalid_request_error", message)
 
+    def api_key(self, headers: dict[str, str]) -> str:
+        """The key a request came with (after ``authenticate`` let it through)."""
+        return headers.get("authorization", "").partition(" ")[2].strip()
+
+    def key_refused(self, shown: str) -> Response:
+        """401 for a key the organisation does not have (revoked or never issued)."""
+        message = (
+            f"Incorrect API key provided: {shown}. You can find your API key at "
+            "https://platform.openai.com/account/api-keys."
+        )
+        return self.error(401, "invalid_request_error", message, code="invalid_api_key")
+
     def parse(self, headers: dict[str, str], body: bytes) -> Parsed:
         data = load_json_object(body)
         model = data.get("model")

@@ -14,7 +14,7 @@ from django.test import Client, RequestFactory
 from common import redis as gateway_redis
 from configfile.apply import config_load
 from quotas.models import Bucket
-from routing.models import Provider
+from routing.models import Credential, Provider
 from tenants.keys import key_hash
 from tenants.models import ApiKey, App, Tenant
 from tests.personas import admin_url as url
@@ -168,6 +168,10 @@ def _provider_form(provider: Provider, **changes: str) -> dict[str, str]:
         "api_key": "",
         "buckets-TOTAL_FORMS": "0",
         "buckets-INITIAL_FORMS": "0",
+        "projects-TOTAL_FORMS": "0",
+        "projects-INITIAL_FORMS": "0",
+        "credentials-TOTAL_FORMS": "0",
+        "credentials-INITIAL_FORMS": "0",
     }
     data.update(changes)
     return data
@@ -192,6 +196,47 @@ def test_a_blank_provider_key_keeps_the_credential_and_a_new_one_replaces_it(
     )
     provider.refresh_from_db()
     assert provider.api_key_encrypted == ""
+
+
+def test_a_pool_key_is_added_on_its_page_write_only_and_its_limit_named_from_it(
+    admin_client: Client,
+) -> None:
+    provider = Provider.objects.get(name="alpha")
+
+    response = admin_client.post(
+        url(Credential, "add"),
+        {
+            "provider": provider.pk,
+            "name": "key-9",
+            "api_key": "sk-pool-secret-9",
+            "is_active": "on",
+            "buckets-TOTAL_FORMS": "0",
+            "buckets-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 302, response.context["errors"]
+    credential = Credential.objects.get(provider=provider, name="key-9")
+    assert credential.get_api_key() == "sk-pool-secret-9"
+    for page in (url(Credential, "change", credential.pk), url(Provider, "change", provider.pk)):
+        html = admin_client.get(page).content.decode()
+        assert "sk-pool-secret-9" not in html and credential.api_key_encrypted not in html
+    assert "key-9" in admin_client.get(url(Provider, "change", provider.pk)).content.decode()
+
+    response = admin_client.post(
+        url(Bucket, "add"),
+        {
+            "name": "",
+            "source": "configured",
+            "scope_kind": "credential",
+            "credential": credential.pk,
+            "dimension": "requests",
+            "rule": "refill",
+            "capacity": "60",
+            "period_seconds": "60",
+        },
+    )
+    assert response.status_code == 302, response.context["errors"]
+    assert Bucket.objects.get(name="credential:alpha/key-9:requests:1m").credential == credential
 
 
 def resubmission(response: Any) -> dict[str, Any]:

@@ -56,6 +56,8 @@ def test_it_loads_the_reference_file(reference_path: Path, redis_prefix: str) ->
     assert counts == {
         "workload class": 4,
         "provider": 3,
+        "provider project": 0,
+        "provider key": 0,
         "model": 3,
         "endpoint": 6,
         "partner": 1,
