@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 WAIT_BOUNDS = (1.0, 300.0)
 # A job that finds its process (or its tenant's share of it) full comes back after this (s).
 BUSY_COUNTDOWN = 30.0
+QUEUE_WAIT_HEADER = "x-switchyard-queue-wait-ms"
 
 
 class _Runs:
@@ -72,7 +73,7 @@ _loop_lock = threading.Lock()
 
 def job_run(job_id: str) -> str:
     """Start one run of the job on this process's loop; what happened, for the log."""
-    loop = _event_loop()
+    loop = event_loop()
     tenant = Job.objects.filter(pk=job_id).values_list("tenant_id", flat=True).first()
     if tenant is None:
         return "gone"
@@ -87,6 +88,14 @@ def job_run(job_id: str) -> str:
     return "started"
 
 
+async def line_run(job: Job) -> float | None:
+    """Run one leased line of a batch on this loop (gateway/batch_runner.py): its lease renewed
+    with the others, and back in line — for its batch's driver, not a task — when refused.
+    The seconds the answered run waited in the fair queue, or None when it did not end."""
+    _runs.add(job)
+    return await _run(job, requeue=False)
+
+
 def jobs_resume() -> int:
     """Queue again the jobs whose run died or whose task message was lost; forget old ones."""
     now = timezone.now()
@@ -97,8 +106,9 @@ def jobs_resume() -> int:
     return len(due)
 
 
-async def _run(job: Job) -> None:
-    """The run: the answer stored, or the job back in line; never an exception left behind."""
+async def _run(job: Job, *, requeue: bool = True) -> float | None:
+    """The run: the answer stored, or the job back in line; never an exception left behind.
+    Returns how long the answered run waited in the fair queue (s), or None."""
     try:
         try_until = time.time() + settings.JOB_TRY_SECONDS
         last_try = try_until >= job.deadline_at.timestamp()
@@ -107,18 +117,21 @@ async def _run(job: Job) -> None:
         except Exception:  # a bug: the job fails once, it does not loop
             log.exception("job %s failed in its run", job.id)
             await database_work(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
-            return
+            return None
         if isinstance(result, CapacityRefused):
             wait = min(max(result.retry_after or 0.0, WAIT_BOUNDS[0]), WAIT_BOUNDS[1])
             until = timezone.now() + dt.timedelta(seconds=wait)
             await database_work(jobs.job_wait)(job, until)
-            await database_work(_later)(job.id, wait)
-            return
+            if requeue:
+                await database_work(_later)(job.id, wait)
+            return None
         await database_work(jobs.job_finish)(
             job, result.status_code, _stored(result), timezone.now()
         )
+        return float(result.get(QUEUE_WAIT_HEADER) or 0.0) / 1000
     except Exception:  # the database is away: the lease expires, the resume task retries
         log.exception("job %s: its run could not be recorded", job.id)
+        return None
     finally:
         _runs.remove(job)
 
@@ -134,7 +147,8 @@ async def _renew_leases() -> None:
                 log.exception("renewing the leases of running jobs failed")
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
+def event_loop() -> asyncio.AbstractEventLoop:
+    """This process's runs' loop (started on first use), for jobs and batches alike."""
     global _loop
     with _loop_lock:
         if _loop is None or not _loop.is_running():

@@ -135,6 +135,7 @@ async def job_attempt(
     tries again."""
     door = door_for(job.door)
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries, door=door)
+    call.upstream_key = job.id
 
     async def run() -> HttpResponse | CapacityRefused:
         snapshot = await snapshot_current()
@@ -424,6 +425,7 @@ async def _dispatch(
         model=admitted.endpoint.model_slug,
         created=int(call.created),
         on_send=admitted.mark_sent,
+        idempotency_key=call.upstream_key,
     )
     if call.stream:  # the stream's own lease keeper starts with the relay
         return await send
