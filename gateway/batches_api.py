@@ -8,9 +8,11 @@ another tenant's included — is the same 404.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.http import HttpResponse
 from django.utils import timezone
+from rest_framework.negotiation import BaseContentNegotiation, DefaultContentNegotiation
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -27,9 +29,23 @@ FILE_ID = re.compile(r"file-[A-Za-z0-9]{1,32}")
 BATCH_ID = re.compile(r"batch_[A-Za-z0-9]{1,32}")
 
 
+class AnyAccept(BaseContentNegotiation):
+    """The answer is JSON, or a file's bytes, whatever ``Accept`` says: the ``openai`` SDK asks
+    for a file's content with ``Accept: application/binary``, which no renderer names."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        return DefaultContentNegotiation().select_parser(request, parsers)
+
+    def select_renderer(
+        self, request: Request, renderers: list[Any], format_suffix: str | None = None
+    ) -> tuple[Any, str]:
+        return renderers[0], renderers[0].media_type
+
+
 class _BatchView(FreshConnectionView, APIView):
     renderer_classes = [JSONRenderer]
     parser_classes = [JSONParser]
+    content_negotiation_class = AnyAccept
 
 
 class FileList(_BatchView):

@@ -43,6 +43,7 @@ class Call:
     # its worker died is answered from the first (where the provider keeps keys) — E5's "each
     # line exactly once" across a SIGKILL. "" for a synchronous request.
     upstream_key: str = ""
+    pinned_endpoint: str = ""  # a re-run job: where its earlier run sent it (gateway/sent_pins)
     conversation: str | None = None  # G12: the conversation this request continues
     route: str = ""  # G15: why the router chose as it did
     degraded_from: str = ""  # E2: the model asked for, when its fallback served instead

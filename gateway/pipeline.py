@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
 from common.faultlog import faults
-from gateway import idempotency, jobs, metrics
+from gateway import idempotency, jobs, metrics, sent_pins
 from gateway.admission import Admitted, admit
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
@@ -140,6 +140,8 @@ async def job_attempt(
     async def run() -> HttpResponse | CapacityRefused:
         snapshot = await snapshot_current()
         call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
+        if job.tries > 1:  # an earlier run may have sent it: the same provider holds its key
+            call.pinned_endpoint = await sent_pins.sent_pinned(job.id)
         if call.principal is None:
             raise AuthenticationFailed("The API key that submitted this job is no longer active.")
         headers = {SESSION_HEADER: job.session_id} if job.session_id else {}
@@ -319,7 +321,8 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
         raise InvalidRequest(
             f"No endpoint can serve this request ({reasons}).", code="no_endpoint_available"
         )
-    return [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+    candidates = [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+    return sent_pins.pinned_first(candidates, call.pinned_endpoint)
 
 
 async def _serve(
@@ -418,6 +421,8 @@ async def _dispatch(
     call: Call, request: CanonicalRequest, admitted: Admitted, broker: Broker
 ) -> Attempt:
     call.endpoint = admitted.endpoint
+    if call.upstream_key:  # before it goes out: a run that dies after this is re-sent there
+        await sent_pins.sent_pin(call.upstream_key, admitted.endpoint.key)
     send = attempt_send(
         admitted.endpoint,
         request,
