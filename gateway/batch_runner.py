@@ -10,11 +10,17 @@ answered (kept), waiting (run), or running under a lease that expires (put back 
 ``jobs.jobs_due``, then sent again with the same Idempotency-Key).
 
 How much it takes (the bound on what batch work costs interactive traffic): at most
-``BATCH_CONCURRENCY`` lines per worker process hold a reservation at once, and the driver
-backs off — additive increase, multiplicative decrease, as TCP does — to one line whenever its
-lines wait in the fair queue longer than ``BATCH_IDLE_WAIT_SECONDS`` or are refused for
-capacity: a pool that makes batch lines wait has no idle capacity, and batch work then holds
-at most one line's reservation of it.
+``BATCH_CONCURRENCY`` lines per worker process hold a reservation at once, and the driver is a
+delay-based scavenger, as LEDBAT (RFC 6817) is for background transfers: a line that waited in
+the fair queue longer than ``BATCH_IDLE_WAIT_SECONDS``, was refused for capacity, or whose
+grant left some bucket it used under ``BATCH_HEADROOM`` of its capacity, says the pool has
+no idle capacity — or will not have for the next interactive burst — and the driver halves its
+window (additive increase,
+multiplicative decrease), and once at one line pauses — 0.25 s, doubling to
+``MAX_PAUSE_SECONDS`` while its lines keep waiting — so the pool refills for the classes that
+wait with it. So batch work holds at most ``BATCH_CONCURRENCY`` lines' reservations, of a
+contended pool at most one line's in the gaps between pauses, and stops drawing a bucket down
+once it holds less than ``BATCH_HEADROOM``: what is left is interactive traffic's burst room.
 """
 
 from __future__ import annotations
@@ -29,27 +35,42 @@ from django.utils import timezone
 from common.db import database_work
 from gateway import batches, job_runner
 from gateway.batch_models import Batch
+from gateway.job_runner import RunEnd
 from gateway.models import Job
 
 log = logging.getLogger(__name__)
 
 
+MIN_PAUSE_SECONDS = 0.25
+MAX_PAUSE_SECONDS = 8.0
+
+
 class Window:
-    """How many lines the driver keeps running: AIMD between 1 and ``BATCH_CONCURRENCY``."""
+    """How many lines the driver keeps running: AIMD between 1 and ``BATCH_CONCURRENCY``, and a
+    pause, doubling, while its lines wait at one line (``now``: monotonic seconds)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
         self.size = 1.0
+        self.pause = 0.0
+        self.paused_until = 0.0
 
-    def ended(self, queue_wait: float | None) -> None:
-        if queue_wait is None or queue_wait > settings.BATCH_IDLE_WAIT_SECONDS:
+    def ended(self, end: RunEnd | None, now: float) -> None:
+        if (
+            end is None
+            or end.queue_wait > settings.BATCH_IDLE_WAIT_SECONDS
+            or end.headroom < settings.BATCH_HEADROOM
+        ):
+            if self.size <= 1.0:
+                self.pause = min(max(2 * self.pause, MIN_PAUSE_SECONDS), MAX_PAUSE_SECONDS)
+                self.paused_until = now + self.pause
             self.size = max(1.0, self.size / 2)
         else:
             self.size = min(float(self.limit), self.size + 1.0 / self.size)
+            self.pause /= 2  # forgotten gradually: the pool was contended not long ago
 
-    @property
-    def room(self) -> int:
-        return int(self.size)
+    def room(self, now: float) -> int:
+        return 0 if now < self.paused_until else int(self.size)
 
 
 def batch_run(batch_id: str) -> str:
@@ -94,8 +115,11 @@ async def _drive(batch_id: str) -> None:
                     timeout=settings.BATCH_POLL_SECONDS,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            else:
-                await asyncio.sleep(settings.BATCH_POLL_SECONDS)
+            else:  # nothing runs: the lines wait for their time, or the driver pauses
+                paused = window.paused_until - time.monotonic()
+                await asyncio.sleep(
+                    settings.BATCH_POLL_SECONDS if paused <= 0 else min(paused, 5.0) + 0.01
+                )
         await database_work(batches.batch_finalize)(batch_id, timezone.now())
     except Exception:  # the database is away: the lease expires, the resume task retries
         log.exception("batch %s: its driver stopped", batch_id)
@@ -120,7 +144,7 @@ async def _step(batch: Batch, running: set[asyncio.Task[None]], window: Window) 
             message="The batch's completion window ended before this request ran.",
         )
     elif batch.status == Batch.Status.IN_PROGRESS:
-        room = window.room - len(running)
+        room = window.room(time.monotonic()) - len(running)
         for job in await database_work(batches.batch_lines_take)(batch, room, now):
             task = asyncio.create_task(_line(job, window))
             running.add(task)
@@ -131,4 +155,5 @@ async def _step(batch: Batch, running: set[asyncio.Task[None]], window: Window) 
 
 
 async def _line(job: Job, window: Window) -> None:
-    window.ended(await job_runner.line_run(job))
+    end = await job_runner.line_run(job)
+    window.ended(end, time.monotonic())

@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +32,7 @@ from django.utils import timezone
 
 from common.db import database_work
 from gateway import jobs, pipeline
+from gateway.call import Call
 from gateway.errors import CapacityRefused
 from gateway.models import Job
 from quotas import recovery
@@ -42,7 +44,6 @@ log = logging.getLogger(__name__)
 WAIT_BOUNDS = (1.0, 300.0)
 # A job that finds its process (or its tenant's share of it) full comes back after this (s).
 BUSY_COUNTDOWN = 30.0
-QUEUE_WAIT_HEADER = "x-switchyard-queue-wait-ms"
 
 
 class _Runs:
@@ -88,10 +89,10 @@ def job_run(job_id: str) -> str:
     return "started"
 
 
-async def line_run(job: Job) -> float | None:
+async def line_run(job: Job) -> RunEnd | None:
     """Run one leased line of a batch on this loop (gateway/batch_runner.py): its lease renewed
     with the others, and back in line — for its batch's driver, not a task — when refused.
-    The seconds the answered run waited in the fair queue, or None when it did not end."""
+    How the answered run found the pools, or None when it did not end."""
     _runs.add(job)
     return await _run(job, requeue=False)
 
@@ -106,14 +107,26 @@ def jobs_resume() -> int:
     return len(due)
 
 
-async def _run(job: Job, *, requeue: bool = True) -> float | None:
+@dataclass(frozen=True)
+class RunEnd:
+    """How an answered run found the pools: seconds it waited in the fair queue, and the least
+    share of capacity its buckets had left after its grant."""
+
+    queue_wait: float
+    headroom: float
+
+
+async def _run(job: Job, *, requeue: bool = True) -> RunEnd | None:
     """The run: the answer stored, or the job back in line; never an exception left behind.
-    Returns how long the answered run waited in the fair queue (s), or None."""
+    Returns how the answered run found the pools, or None (refused, or it failed)."""
+    seen: list[Call] = []
     try:
         try_until = time.time() + settings.JOB_TRY_SECONDS
         last_try = try_until >= job.deadline_at.timestamp()
         try:
-            result = await pipeline.job_attempt(job, try_until=try_until, last_try=last_try)
+            result = await pipeline.job_attempt(
+                job, try_until=try_until, last_try=last_try, seen=seen.append
+            )
         except Exception:  # a bug: the job fails once, it does not loop
             log.exception("job %s failed in its run", job.id)
             await database_work(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
@@ -128,7 +141,7 @@ async def _run(job: Job, *, requeue: bool = True) -> float | None:
         await database_work(jobs.job_finish)(
             job, result.status_code, _stored(result), timezone.now()
         )
-        return float(result.get(QUEUE_WAIT_HEADER) or 0.0) / 1000
+        return RunEnd(seen[0].queue_wait, seen[0].headroom) if seen else None
     except Exception:  # the database is away: the lease expires, the resume task retries
         log.exception("job %s: its run could not be recorded", job.id)
         return None

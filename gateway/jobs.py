@@ -188,12 +188,15 @@ def jobs_due(now: dt.datetime) -> list[str]:
     for job in lost:
         if job.lost_runs + 1 >= MAX_LOST_RUNS:
             job_finish(job, 500, _lost_response(job), now)
-        elif Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
-            status=Job.Status.QUEUED,
-            lease_until=None,
-            next_try_at=now,
-            lost_runs=F("lost_runs") + 1,
-        ) and job.batch_id is None:
+        elif (
+            Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
+                status=Job.Status.QUEUED,
+                lease_until=None,
+                next_try_at=now,
+                lost_runs=F("lost_runs") + 1,
+            )
+            and job.batch_id is None
+        ):
             requeued.append(job.pk)  # run now, not one more resume interval later
     stale = now - dt.timedelta(seconds=settings.JOB_RESUME_INTERVAL)
     waiting = Job.objects.filter(

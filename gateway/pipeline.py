@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -128,13 +128,18 @@ async def serve(request: HttpRequest, door: Door) -> HttpResponse | StreamingHtt
 
 
 async def job_attempt(
-    job: Job, *, try_until: float, last_try: bool
+    job: Job,
+    *,
+    try_until: float,
+    last_try: bool,
+    seen: Callable[[Call], None] = lambda call: None,
 ) -> HttpResponse | CapacityRefused:
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
     capacity, or Redis away, before the job's deadline — the refusal, so the job waits and
-    tries again."""
+    tries again. ``seen`` is shown the run's call (its queue wait, the pools' headroom)."""
     door = door_for(job.door)
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries, door=door)
+    seen(call)
     call.upstream_key = job.id
 
     async def run() -> HttpResponse | CapacityRefused:

@@ -189,13 +189,15 @@ JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
 # bytes (and the proxy reads no body over MAX_REQUEST_BODY_BYTES) and requests; its lines run as
 # jobs of this workload class (the scavenger: lowest weight), at most BATCH_CONCURRENCY at once
 # per worker process — fewer, down to one, while its lines find the fair queue contended
-# (their queue wait over BATCH_IDLE_WAIT_SECONDS): batch work takes the capacity interactive
-# traffic leaves idle. A batch's driver looks at it every BATCH_POLL_SECONDS when nothing ends.
+# (their queue wait over BATCH_IDLE_WAIT_SECONDS, or a bucket left under BATCH_HEADROOM of its
+# capacity after their grant): batch work takes the capacity interactive traffic leaves idle.
+# A batch's driver looks at it every BATCH_POLL_SECONDS when nothing ends.
 BATCH_FILE_MAX_BYTES = env_int("BATCH_FILE_MAX_BYTES", 10 * 1024 * 1024)
 BATCH_MAX_LINES = env_int("BATCH_MAX_LINES", 50_000)
 BATCH_WORKLOAD = env_str("BATCH_WORKLOAD", "batch")
 BATCH_CONCURRENCY = env_int("BATCH_CONCURRENCY", 8)
 BATCH_IDLE_WAIT_SECONDS = env_float("BATCH_IDLE_WAIT_SECONDS", 0.05)
+BATCH_HEADROOM = env_float("BATCH_HEADROOM", 0.25)
 BATCH_POLL_SECONDS = env_float("BATCH_POLL_SECONDS", 0.5)
 # A stored Responses answer (``store``) is deleted this long after it was made (s): OpenAI keeps
 # them 30 days. Old ones are looked for this often (s).

@@ -11,8 +11,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from gateway import batches, jobs
+from gateway import batch_runner, batches, jobs
 from gateway.batch_models import Batch, BatchFile
+from gateway.batch_runner import Window
+from gateway.job_runner import RunEnd
 from gateway.models import Job
 from tests.personas import ACME_KEY, GLOBEX_KEY, Personas
 
@@ -293,3 +295,27 @@ def test_it_finalizes_into_output_and_error_files(personas: Personas) -> None:
     assert call("GET", f"/v1/files/{ended.output_file_id}", GLOBEX_KEY).status_code == 404
     content = call("GET", f"/v1/files/{ended.output_file_id}/content")
     assert content.status_code == 200 and b'"custom_id":"a"' in content.content
+
+
+def test_the_driver_grows_on_idle_capacity_and_backs_off_then_pauses_when_lines_wait(
+    settings: Any,
+) -> None:
+    settings.BATCH_IDLE_WAIT_SECONDS = 0.05
+    settings.BATCH_HEADROOM = 0.25
+    idle, waited = RunEnd(0.0, 0.9), RunEnd(0.2, 0.9)
+    window = Window(4)
+    for n in range(20):
+        window.ended(idle, float(n))
+    assert window.room(20.0) == 4  # idle capacity: up to BATCH_CONCURRENCY lines
+
+    window.ended(waited, 21.0)  # a line waited: the pool is contended
+    assert window.room(21.0) == 2
+    window.ended(RunEnd(0.0, 0.1), 21.0)  # served at once, but a bucket is nearly empty
+    window.ended(waited, 21.0)
+    assert window.room(21.0) == 0 and window.room(21.3) == 1  # at one line: a pause
+    window.ended(None, 22.0)  # refused for capacity: a longer pause
+    assert window.room(22.4) == 0 and window.room(22.6) == 1
+    for _ in range(10):
+        window.ended(waited, 30.0)
+    assert window.room(30.0 + batch_runner.MAX_PAUSE_SECONDS - 0.1) == 0
+    assert window.room(30.0 + batch_runner.MAX_PAUSE_SECONDS + 0.1) == 1
