@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 
 import httpx
+import orjson
 import pytest
 
 from tests.e2e.batch_support import (
@@ -129,3 +130,47 @@ def test_it_loses_no_line_and_repeats_no_call_when_its_worker_is_killed(stack):
     resent = sum(n - 1 for n in received.values())
     assert replays <= resent <= lost
     print(f"lines in flight at the kill (run again): {lost}, answered by replay: {replays}")
+
+
+def test_it_runs_embeddings_and_responses_batches_too(stack):
+    client = sdk(stack)
+    doors = {
+        "/v1/embeddings": {"model": "acme/embed-small", "input": "a text to embed"},
+        "/v1/responses": {"model": MODEL, "input": "Say hi.", "max_output_tokens": 16},
+    }
+    for url, body in doors.items():
+        lines = [
+            {"custom_id": f"{url}-{n}", "method": "POST", "url": url, "body": body}
+            for n in range(3)
+        ]
+        content = b"".join(orjson.dumps(line) + b"\n" for line in lines)
+        uploaded = client.files.create(file=("lines.jsonl", content), purpose="batch")
+        created = client.batches.create(
+            input_file_id=uploaded.id, endpoint=url, completion_window="24h"
+        )
+        done = batch_wait(client, created.id, timeout=60)
+
+        assert done.status == "completed", (url, done)
+        records = output_lines(client, done.output_file_id)
+        assert sorted(r["custom_id"] for r in records) == [f"{url}-{n}" for n in range(3)]
+        answer = records[0]["response"]["body"]
+        assert answer["object"] == ("list" if url == "/v1/embeddings" else "response"), answer
+
+
+def test_it_cancels_a_running_batch_keeping_the_answers_it_has(stack):
+    client = sdk(stack)
+    created = batch_submit(client, batch_file(LINES, tag="cancel"))
+    batch_wait(client, created.id, timeout=120, until=lambda b: b.request_counts.completed >= 20)
+
+    cancelling = client.batches.cancel(created.id)
+    done = batch_wait(client, created.id, timeout=60)
+
+    assert cancelling.status == "cancelling"
+    assert done.status == "cancelled" and done.cancelled_at
+    counts = done.request_counts
+    assert counts.completed >= 20 and counts.completed + counts.failed == LINES
+    answered = output_lines(client, done.output_file_id)
+    not_run = output_lines(client, done.error_file_id)
+    assert len(answered) == counts.completed and len(not_run) == counts.failed > 0
+    assert {r["error"]["code"] for r in not_run} == {"batch_cancelled"}
+    assert len({r["custom_id"] for r in answered + not_run}) == LINES
