@@ -12,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from gateway.export import CallerNames, generations_csv
-from gateway.models import Generation, Job
+from gateway.models import Batch, BatchFile, Generation, Job
 from gateway.selectors import STATUS_CLASSES
 from tenants.models import ApiKey, App, Tenant
 from tenants.scoping import Access, TenantScopedAdmin, tenant_choices
@@ -274,3 +274,39 @@ class JobAdmin(TenantRowsAdmin):
     search_fields = ["id", "generation_id", "model"]
     date_hierarchy = "created_at"
     show_full_result_count = False
+
+
+@admin.register(Batch)
+class BatchAdmin(TenantRowsAdmin):
+    """The Batch API's batches (E5): where each stands, read-only; its lines are jobs."""
+
+    list_display = [
+        "created_at",
+        "id",
+        "tenant",
+        "endpoint",
+        "status",
+        "total",
+        "completed",
+        "failed",
+        "expires_at",
+    ]
+    list_filter = [TenantFilter, "status", "endpoint"]
+    search_fields = ["id", "input_file__id"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+
+@admin.register(BatchFile)
+class BatchFileAdmin(TenantRowsAdmin):
+    """Batch input, output and error files (E5), read-only; the bytes are not shown."""
+
+    list_display = ["created_at", "id", "tenant", "purpose", "filename", "bytes", "lines"]
+    list_filter = [TenantFilter, "purpose"]
+    search_fields = ["id", "filename"]
+    exclude = ["content"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).defer("content")

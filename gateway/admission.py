@@ -24,7 +24,7 @@ from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
 from quotas.core.fairqueue import QueueReason, QueueRefusal
-from quotas.core.model import Grant, Reason, Refusal
+from quotas.core.model import Grant, Reason, Refusal, Rule
 from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import CredentialEntry, EndpointEntry
 
@@ -198,6 +198,17 @@ def _admitted(
         for bucket, part in zip(buckets.buckets, grant.parts, strict=True)
         if bucket.tenant_side and part.remaining is not None
     ]
+    call.headroom = min(
+        (
+            part.remaining / bucket.spec.capacity
+            for bucket, part in zip(buckets.buckets, grant.parts, strict=True)
+            if part.remaining is not None
+            and bucket.spec.capacity > 0
+            and bucket.spec.rule is not Rule.RAMP
+            and not bucket.spec.shadow
+        ),
+        default=1.0,
+    )
     return Admitted(endpoint, buckets, grant, demand, request)
 
 

@@ -39,6 +39,14 @@ class Call:
     workload: Workload = DEFAULT_WORKLOAD
     stream: bool = False
     idempotency_key: str = ""
+    # Sent to the provider as Idempotency-Key: a deferred job's id, so that a run re-sent after
+    # its worker died is answered from the first (where the provider keeps keys) — E5's "each
+    # line exactly once" across a SIGKILL. "" for a synchronous request.
+    upstream_key: str = ""
+    # The least share of its capacity any bucket had left after the last grant: for a
+    # scavenger (the batch driver, E5), the pools are not idle when it is low.
+    headroom: float = 1.0
+    pinned_endpoint: str = ""  # a re-run job: where its earlier run sent it (gateway/sent_pins)
     conversation: str | None = None  # G12: the conversation this request continues
     route: str = ""  # G15: why the router chose as it did
     degraded_from: str = ""  # E2: the model asked for, when its fallback served instead

@@ -77,12 +77,14 @@ async def attempt_send(
     created: int,
     on_send: Callable[[], None] = lambda: None,
     api_key: str | None = None,
+    idempotency_key: str = "",
 ) -> Attempt:
     """``on_send`` is called just before the request goes out: from then on, whatever
     happens, the provider may have received it.
 
     A provider that speaks the door's own protocol gets the door's body as it is
-    (``passthrough``); any other gets the canonical body in its protocol."""
+    (``passthrough``); any other gets the canonical body in its protocol. ``idempotency_key``,
+    when given, goes out as ``Idempotency-Key`` (a job's id: its re-sent run is the same call)."""
     adapter = adapter_for(endpoint.provider.protocol)
     passthrough = request.native is not None and adapter.protocol == request.door.protocol
     attempt = Attempt(endpoint=endpoint, adapter=adapter, passthrough=passthrough)
@@ -127,11 +129,14 @@ async def attempt_send(
             ),
         )
     client = client_for(endpoint.provider.base_url)
+    headers = wire.headers
+    if idempotency_key:
+        headers = {**headers, "Idempotency-Key": idempotency_key}
     upstream_request = client.build_request(
         "POST",
         url_for(endpoint.provider.base_url, wire.path),
         content=orjson.dumps(wire.json),
-        headers=wire.headers,
+        headers=headers,
     )
     started = time.monotonic()
     on_send()

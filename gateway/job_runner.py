@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +32,7 @@ from django.utils import timezone
 
 from common.db import database_work
 from gateway import jobs, pipeline
+from gateway.call import Call
 from gateway.errors import CapacityRefused
 from gateway.models import Job
 from quotas import recovery
@@ -72,7 +74,7 @@ _loop_lock = threading.Lock()
 
 def job_run(job_id: str) -> str:
     """Start one run of the job on this process's loop; what happened, for the log."""
-    loop = _event_loop()
+    loop = event_loop()
     tenant = Job.objects.filter(pk=job_id).values_list("tenant_id", flat=True).first()
     if tenant is None:
         return "gone"
@@ -87,6 +89,14 @@ def job_run(job_id: str) -> str:
     return "started"
 
 
+async def line_run(job: Job) -> RunEnd | None:
+    """Run one leased line of a batch on this loop (gateway/batch_runner.py): its lease renewed
+    with the others, and back in line — for its batch's driver, not a task — when refused.
+    How the answered run found the pools, or None when it did not end."""
+    _runs.add(job)
+    return await _run(job, requeue=False)
+
+
 def jobs_resume() -> int:
     """Queue again the jobs whose run died or whose task message was lost; forget old ones."""
     now = timezone.now()
@@ -97,28 +107,44 @@ def jobs_resume() -> int:
     return len(due)
 
 
-async def _run(job: Job) -> None:
-    """The run: the answer stored, or the job back in line; never an exception left behind."""
+@dataclass(frozen=True)
+class RunEnd:
+    """How an answered run found the pools: seconds it waited in the fair queue, and the least
+    share of capacity its buckets had left after its grant."""
+
+    queue_wait: float
+    headroom: float
+
+
+async def _run(job: Job, *, requeue: bool = True) -> RunEnd | None:
+    """The run: the answer stored, or the job back in line; never an exception left behind.
+    Returns how the answered run found the pools, or None (refused, or it failed)."""
+    seen: list[Call] = []
     try:
         try_until = time.time() + settings.JOB_TRY_SECONDS
         last_try = try_until >= job.deadline_at.timestamp()
         try:
-            result = await pipeline.job_attempt(job, try_until=try_until, last_try=last_try)
+            result = await pipeline.job_attempt(
+                job, try_until=try_until, last_try=last_try, seen=seen.append
+            )
         except Exception:  # a bug: the job fails once, it does not loop
             log.exception("job %s failed in its run", job.id)
             await database_work(jobs.job_finish)(job, 500, _internal_error(), timezone.now())
-            return
+            return None
         if isinstance(result, CapacityRefused):
             wait = min(max(result.retry_after or 0.0, WAIT_BOUNDS[0]), WAIT_BOUNDS[1])
             until = timezone.now() + dt.timedelta(seconds=wait)
             await database_work(jobs.job_wait)(job, until)
-            await database_work(_later)(job.id, wait)
-            return
+            if requeue:
+                await database_work(_later)(job.id, wait)
+            return None
         await database_work(jobs.job_finish)(
             job, result.status_code, _stored(result), timezone.now()
         )
+        return RunEnd(seen[0].queue_wait, seen[0].headroom) if seen else None
     except Exception:  # the database is away: the lease expires, the resume task retries
         log.exception("job %s: its run could not be recorded", job.id)
+        return None
     finally:
         _runs.remove(job)
 
@@ -134,7 +160,8 @@ async def _renew_leases() -> None:
                 log.exception("renewing the leases of running jobs failed")
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
+def event_loop() -> asyncio.AbstractEventLoop:
+    """This process's runs' loop (started on first use), for jobs and batches alike."""
     global _loop
     with _loop_lock:
         if _loop is None or not _loop.is_running():

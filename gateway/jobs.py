@@ -67,7 +67,7 @@ def job_storable(raw: bytes, body: dict[str, Any]) -> None:
     refused here (400, naming the field), not by the database as it is stored."""
     if b"\\u0000" not in raw:  # JSON can only carry NUL escaped: most bodies stop here
         return
-    path = _nul_path(body, "")
+    path = nul_path(body, "")
     if path is not None:
         raise InvalidRequest(
             f"{path or 'body'}: a deferred request cannot contain NUL characters (\\u0000).",
@@ -76,18 +76,18 @@ def job_storable(raw: bytes, body: dict[str, Any]) -> None:
         )
 
 
-def _nul_path(value: Any, path: str) -> str | None:
+def nul_path(value: Any, path: str) -> str | None:
     if isinstance(value, str):
         return path if "\x00" in value else None
     if isinstance(value, dict):
         for key, item in value.items():
             inner = f"{path}.{key}" if path else key
-            found = inner if "\x00" in key else _nul_path(item, inner)
+            found = inner if "\x00" in key else nul_path(item, inner)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
+            found = nul_path(item, f"{path}[{index}]")
             if found is not None:
                 return found
     return None
@@ -180,22 +180,28 @@ def jobs_due(now: dt.datetime) -> list[str]:
     """Jobs a worker should be running now but perhaps is not, made ready to run again.
 
     A run whose lease expired died with its worker: the job goes back in line (or fails after
-    ``MAX_LOST_RUNS``). A queued job long past its time lost its task message.
+    ``MAX_LOST_RUNS``). A queued job long past its time lost its task message. A batch's
+    lines are put back in line too, but not returned: its driver runs them, not a task each.
     """
     lost = Job.objects.filter(status=Job.Status.RUNNING, lease_until__lt=now)
     requeued: list[str] = []
     for job in lost:
         if job.lost_runs + 1 >= MAX_LOST_RUNS:
             job_finish(job, 500, _lost_response(job), now)
-        elif Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
-            status=Job.Status.QUEUED,
-            lease_until=None,
-            next_try_at=now,
-            lost_runs=F("lost_runs") + 1,
+        elif (
+            Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, lease_until__lt=now).update(
+                status=Job.Status.QUEUED,
+                lease_until=None,
+                next_try_at=now,
+                lost_runs=F("lost_runs") + 1,
+            )
+            and job.batch_id is None
         ):
             requeued.append(job.pk)  # run now, not one more resume interval later
     stale = now - dt.timedelta(seconds=settings.JOB_RESUME_INTERVAL)
-    waiting = Job.objects.filter(status=Job.Status.QUEUED, next_try_at__lte=stale)
+    waiting = Job.objects.filter(
+        status=Job.Status.QUEUED, next_try_at__lte=stale, batch__isnull=True
+    )
     return requeued + [pk for pk in waiting.values_list("pk", flat=True) if pk not in requeued]
 
 

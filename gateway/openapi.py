@@ -20,6 +20,7 @@ import orjson
 
 from gateway import errors, idempotency, jobs
 from gateway.models import Job
+from gateway.openapi_batches import BATCH_PATHS, BATCH_SCHEMAS
 from gateway.openapi_embeddings import EMBEDDINGS, EMBEDDINGS_REQUEST, embeddings_path
 from gateway.openapi_messages import MESSAGES_PATHS, MESSAGES_SCHEMAS
 from gateway.openapi_request import (
@@ -42,7 +43,8 @@ ERROR_DESCRIPTIONS = {
     401: "Missing, unknown, revoked or expired API key.",
     403: "The key may not use this model or workload class.",
     404: "No such model, record or endpoint.",
-    409: "Idempotency-Key in flight or not replayable; a job that can no longer be cancelled.",
+    409: "Idempotency-Key in flight or not replayable; a job or batch that can no longer be "
+    "cancelled.",
     413: "Request body over MAX_REQUEST_BODY_BYTES.",
     422: "Idempotency-Key already used with another body.",
     429: "Refused for capacity (the caller's limits, or every provider's); see Retry-After.",
@@ -413,6 +415,7 @@ def _document() -> Schema:
                 }
             },
             **MESSAGES_PATHS,
+            **BATCH_PATHS,
         },
         "components": {
             "securitySchemes": {
@@ -442,6 +445,7 @@ def _document() -> Schema:
                 "Generation": GENERATION,
                 "ErrorEnvelope": ERROR_ENVELOPE,
                 **MESSAGES_SCHEMAS,
+                **BATCH_SCHEMAS,
             },
             "responses": {
                 f"Error{status}": _error_response(status) for status in ERROR_DESCRIPTIONS

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
 from common.faultlog import faults
-from gateway import idempotency, jobs, metrics
+from gateway import idempotency, jobs, metrics, sent_pins
 from gateway.admission import Admitted, admit, attempt_label
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
@@ -128,17 +128,25 @@ async def serve(request: HttpRequest, door: Door) -> HttpResponse | StreamingHtt
 
 
 async def job_attempt(
-    job: Job, *, try_until: float, last_try: bool
+    job: Job,
+    *,
+    try_until: float,
+    last_try: bool,
+    seen: Callable[[Call], None] = lambda call: None,
 ) -> HttpResponse | CapacityRefused:
     """One run of a deferred request (gateway/job_runner.py): its answer, or — refused for
     capacity, or Redis away, before the job's deadline — the refusal, so the job waits and
-    tries again."""
+    tries again. ``seen`` is shown the run's call (its queue wait, the pools' headroom)."""
     door = door_for(job.door)
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries, door=door)
+    seen(call)
+    call.upstream_key = job.id
 
     async def run() -> HttpResponse | CapacityRefused:
         snapshot = await snapshot_current()
         call.principal = snapshot.keys.principal_of(job.api_key_id, now=time.time())
+        if job.tries > 1:  # an earlier run may have sent it: the same provider holds its key
+            call.pinned_endpoint = await sent_pins.sent_pinned(job.id)
         if call.principal is None:
             raise AuthenticationFailed("The API key that submitted this job is no longer active.")
         headers = {SESSION_HEADER: job.session_id} if job.session_id else {}
@@ -318,7 +326,8 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
         raise InvalidRequest(
             f"No endpoint can serve this request ({reasons}).", code="no_endpoint_available"
         )
-    return [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+    candidates = [snapshot.catalogue.endpoints[endpoint.id] for endpoint in plan.attempts]
+    return sent_pins.pinned_first(candidates, call.pinned_endpoint)
 
 
 async def _serve(
@@ -437,6 +446,8 @@ async def _dispatch(
     call: Call, request: CanonicalRequest, admitted: Admitted, broker: Broker
 ) -> Attempt:
     call.endpoint = admitted.endpoint
+    if call.upstream_key:  # before it goes out: a run that dies after this is re-sent there
+        await sent_pins.sent_pin(call.upstream_key, admitted.endpoint.key)
     send = attempt_send(
         admitted.endpoint,
         request,
@@ -445,6 +456,7 @@ async def _dispatch(
         created=int(call.created),
         on_send=admitted.mark_sent,
         api_key=admitted.api_key,
+        idempotency_key=call.upstream_key,
     )
     if call.stream:  # the stream's own lease keeper starts with the relay
         return await send

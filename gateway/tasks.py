@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.utils import timezone
 
-from gateway import job_runner, jobs, ledger, response_store
+from gateway import batch_runner, batches, job_runner, jobs, ledger, response_store
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -24,3 +24,13 @@ def jobs_resume() -> int:
 @shared_task(acks_late=True, ignore_result=True)
 def responses_forget() -> int:
     return response_store.responses_forget(timezone.now())
+
+
+@shared_task(name=batches.BATCH_RUN_TASK, acks_late=True, ignore_result=True)
+def batch_run(batch_id: str) -> str:
+    return batch_runner.batch_run(batch_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def batches_resume() -> int:
+    return batch_runner.batches_resume()

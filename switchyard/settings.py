@@ -185,6 +185,20 @@ JOB_LEASE_SECONDS = env_float("JOB_LEASE_SECONDS", 30.0)  # renewed every third 
 JOB_RESUME_INTERVAL = env_float("JOB_RESUME_INTERVAL", 10.0)
 # A finished job (its request and answer) is deleted this long after it finished (s).
 JOB_RETENTION_SECONDS = env_float("JOB_RETENTION_SECONDS", 7 * 86400.0)
+# The Batch API (E5: gateway/batches.py, batch_runner.py). A batch file holds at most this many
+# bytes (and the proxy reads no body over MAX_REQUEST_BODY_BYTES) and requests; its lines run as
+# jobs of this workload class (the scavenger: lowest weight), at most BATCH_CONCURRENCY at once
+# per worker process — fewer, down to one, while its lines find the fair queue contended
+# (their queue wait over BATCH_IDLE_WAIT_SECONDS, or a bucket left under BATCH_HEADROOM of its
+# capacity after their grant): batch work takes the capacity interactive traffic leaves idle.
+# A batch's driver looks at it every BATCH_POLL_SECONDS when nothing ends.
+BATCH_FILE_MAX_BYTES = env_int("BATCH_FILE_MAX_BYTES", 10 * 1024 * 1024)
+BATCH_MAX_LINES = env_int("BATCH_MAX_LINES", 50_000)
+BATCH_WORKLOAD = env_str("BATCH_WORKLOAD", "batch")
+BATCH_CONCURRENCY = env_int("BATCH_CONCURRENCY", 8)
+BATCH_IDLE_WAIT_SECONDS = env_float("BATCH_IDLE_WAIT_SECONDS", 0.05)
+BATCH_HEADROOM = env_float("BATCH_HEADROOM", 0.25)
+BATCH_POLL_SECONDS = env_float("BATCH_POLL_SECONDS", 0.5)
 # A stored Responses answer (``store``) is deleted this long after it was made (s): OpenAI keeps
 # them 30 days. Old ones are looked for this often (s).
 RESPONSE_RETENTION_SECONDS = env_float("RESPONSE_RETENTION_SECONDS", 30 * 86400.0)
@@ -196,6 +210,7 @@ CELERY_BEAT_SCHEDULE = {
     "ledger-flush": {"task": "gateway.tasks.ledger_flush", "schedule": LEDGER_FLUSH_INTERVAL},
     "lease-reap": {"task": "quotas.tasks.lease_reap", "schedule": LEASE_REAP_INTERVAL},
     "jobs-resume": {"task": "gateway.tasks.jobs_resume", "schedule": JOB_RESUME_INTERVAL},
+    "batches-resume": {"task": "gateway.tasks.batches_resume", "schedule": JOB_RESUME_INTERVAL},
     "responses-forget": {
         "task": "gateway.tasks.responses_forget",
         "schedule": RESPONSE_FORGET_INTERVAL,

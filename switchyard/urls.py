@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from gateway import api, jobs_api, responses_api, views
+from gateway import api, batches_api, jobs_api, responses_api, views
 from ops.scrape import metrics_view
 
 urlpatterns = [
@@ -13,6 +13,20 @@ urlpatterns = [
     path("v1/models/<path:model_id>", views.model_detail, name="model-detail"),
     path("v1/generation", api.GenerationDetail.as_view(), name="generation"),
     path("v1/jobs/<str:job_id>", jobs_api.JobDetail.as_view(), name="job-detail"),
+    path("v1/files", batches_api.FileList.as_view(), name="files"),
+    path("v1/files/<str:file_id>", batches_api.FileDetail.as_view(), name="file-detail"),
+    path(
+        "v1/files/<str:file_id>/content",
+        batches_api.FileContent.as_view(),
+        name="file-content",
+    ),
+    path("v1/batches", batches_api.BatchList.as_view(), name="batches"),
+    path("v1/batches/<str:batch_id>", batches_api.BatchDetail.as_view(), name="batch-detail"),
+    path(
+        "v1/batches/<str:batch_id>/cancel",
+        batches_api.BatchCancel.as_view(),
+        name="batch-cancel",
+    ),
     path("v1/responses", views.responses_create, name="responses"),
     path(
         "v1/responses/<str:response_id>",

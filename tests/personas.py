@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from common import redis as gateway_redis
 from configfile.apply import config_load
-from gateway.models import Generation, Job
+from gateway.models import Batch, BatchFile, Generation, Job
 from quotas.models import Bucket
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
 from tenants.scoping import membership_grant
@@ -117,6 +117,32 @@ def job_create(tenant: Tenant, n: int, **fields: Any) -> Job:
     return Job.objects.create(**values)
 
 
+def batch_create(tenant: Tenant, n: int) -> Batch:
+    """A batch of ``tenant`` with its input file (cancelled, so nothing would run it)."""
+    app = App.objects.filter(team__tenant=tenant).first()
+    created = datetime(2030, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+    file = BatchFile.objects.create(
+        id=f"file-{tenant.name}{n:04d}",
+        created_at=created,
+        tenant_id=tenant.pk,
+        app_id=app.pk if app else 0,
+        purpose=BatchFile.Purpose.BATCH,
+        filename=f"{tenant.name}-{n}.jsonl",
+        content=b"{}\n",
+    )
+    return Batch.objects.create(
+        id=f"batch_{tenant.name}{n:04d}",
+        created_at=created,
+        tenant_id=tenant.pk,
+        app_id=app.pk if app else 0,
+        api_key_id=0,
+        endpoint="/v1/chat/completions",
+        input_file=file,
+        expires_at=created + timedelta(hours=24),
+        status=Batch.Status.CANCELLED,
+    )
+
+
 def owner_of(obj: Any) -> int | None:
     """The tenant id an object belongs to, or None for platform objects (derived independently
     of the code under test)."""
@@ -128,7 +154,7 @@ def owner_of(obj: Any) -> int | None:
         return obj.team.tenant_id
     if isinstance(obj, ApiKey):
         return obj.app.team.tenant_id
-    if isinstance(obj, Generation | Job | TenantMembership):
+    if isinstance(obj, Generation | Job | TenantMembership | Batch | BatchFile):
         return int(obj.tenant_id)
     if isinstance(obj, Bucket):
         scope = obj.scope_object()

@@ -86,6 +86,13 @@ class ProviderApp:
         # ones (configured, or POST /_keys/revoke): answered 401 like a deleted key.
         self._keys = {k.key: k.name for k in self.spec.keys}
         self._revoked = {k.key for k in self.spec.keys if k.revoked}
+        # Idempotency-Key (a gateway's deferred job sends its id): a key seen before is answered
+        # with the first call's answer, not served again — as a provider that keeps keys does.
+        # A non-streamed keyed request is finished even if its client hangs up, so the client's
+        # retry finds the answer. GET /_idempotency counts the calls served per key and the replays.
+        self._keyed: dict[str, asyncio.Future[tuple[Headers, bytes]]] = {}
+        self._executions: Counter[str] = Counter()
+        self._replays = 0
 
     def __call__(self, exchange: Exchange) -> None:
         request = exchange.request
@@ -106,10 +113,16 @@ class ProviderApp:
             return exchange.respond(200, [], orjson.dumps(self.stats()))
         if path == "/_calls" and method == "GET":
             return exchange.respond(200, [], orjson.dumps({"by_caller": self._calls}))
+        if path == "/_idempotency" and method == "GET":
+            keys = {"executions": self._executions, "replays": self._replays}
+            return exchange.respond(200, [], orjson.dumps(keys))
         if path == "/_reset" and method == "POST":
             self.behaviour.reset_counters()
             self._ignoring_retry_after = 0
             self._calls.clear()
+            self._keyed.clear()
+            self._executions.clear()
+            self._replays = 0
             return exchange.respond(200, [], b'{"reset": true}')
         if path == "/_incident" and method == "POST":
             return self._incident(exchange)
@@ -166,6 +179,9 @@ class ProviderApp:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
         self._count_call(parsed.caller, now)
+        idem = None if parsed.stream else request.headers.get("idempotency-key") or None
+        if idem is not None and self._replay(exchange, idem):
+            return None
         outcome = self.behaviour.admit(now, parsed.request, key)
         if isinstance(outcome, Rejection):
             self._note_retry_after(outcome, now)
@@ -180,7 +196,7 @@ class ProviderApp:
         if parsed.stream:
             self._stream(exchange, plan, content, parsed, headers, now)
         else:
-            self._answer_later(exchange, plan, content, headers, now)
+            self._answer_later(exchange, plan, content, headers, now, idem)
 
     def _count_call(self, caller: str | None, now: float) -> None:
         if caller is not None and (caller in self._calls or len(self._calls) < MAX_CALLERS):
@@ -195,11 +211,41 @@ class ProviderApp:
             )
 
     def _answer_later(
-        self, exchange: Exchange, plan: Plan, content: Content, headers: Headers, now: float
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        content: Content,
+        headers: Headers,
+        now: float,
+        key: str | None,
     ) -> None:
         self._respond_later(
-            exchange, plan, headers, now, lambda at: self.wire.completion(plan, content, at)
+            exchange, plan, headers, now, lambda at: self.wire.completion(plan, content, at), key
         )
+
+    def _replay(self, exchange: Exchange, key: str) -> bool:
+        """Answer a key seen before with its first call's answer (once that has one)."""
+        first = self._keyed.get(key)
+        if first is None:
+            return False
+        self._replays += 1
+
+        def send(done: asyncio.Future[tuple[Headers, bytes]]) -> None:
+            if done.cancelled():  # the first call failed: this one may try again
+                return self._send(exchange, self.wire.failure(500, []))
+            headers, body = done.result()
+            exchange.respond(200, [*headers, ("idempotent-replayed", "true")], body)
+
+        if first.done():
+            send(first)
+        else:
+            first.add_done_callback(send)
+        return True
+
+    def _keep(self, key: str | None) -> None:
+        if key is not None and (key in self._executions or len(self._executions) < MAX_CALLERS):
+            self._executions[key] += 1
+            self._keyed[key] = asyncio.get_running_loop().create_future()
 
     def _respond_later(
         self,
@@ -208,13 +254,17 @@ class ProviderApp:
         headers: Headers,
         now: float,
         body: Callable[[float], bytes],
+        key: str | None = None,
     ) -> None:
         """Answer ``body(now)`` once the plan's time has passed (or when it fails)."""
+        self._keep(key)
         delay = plan.duration_s * self.latency_scale
         if delay <= 0:
-            return self._answer(exchange, plan, headers, body)
+            return self._answer(exchange, plan, headers, body, key)
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(delay, self._answer, exchange, plan, headers, body)
+        timer = loop.call_later(delay, self._answer, exchange, plan, headers, body, key)
+        if key is not None:
+            return None  # finished even if the client hangs up: its retry gets the answer
 
         def hung_up() -> None:
             timer.cancel()
@@ -226,14 +276,26 @@ class ProviderApp:
         exchange.on_disconnect = hung_up
 
     def _answer(
-        self, exchange: Exchange, plan: Plan, headers: Headers, body: Callable[[float], bytes]
+        self,
+        exchange: Exchange,
+        plan: Plan,
+        headers: Headers,
+        body: Callable[[float], bytes],
+        key: str | None = None,
     ) -> None:
         now = self.clock()
         self.behaviour.finish(now, plan, plan.tokens_to_send)
+        first = self._keyed.get(key) if key is not None else None
         if plan.failure is not None:
+            if first is not None and key is not None:  # not kept: a retry is served anew
+                del self._keyed[key]
+                first.cancel()
             return self._send(exchange, self.wire.failure(plan.failure.status, headers))
         headers = headers + self.wire.request_headers(now - plan.admitted_at)
-        exchange.respond(200, headers, body(now))
+        answer = body(now)
+        if first is not None and not first.done():
+            first.set_result((headers, answer))
+        exchange.respond(200, headers, answer)
 
     def _stream(
         self,
@@ -316,6 +378,9 @@ class ProviderApp:
             counters.record_refused(error.status, None)
             return self._send(exchange, wire.bad_request(error))
         self._count_call(parsed.caller, now)
+        idem = request.headers.get("idempotency-key") or None
+        if idem is not None and self._replay(exchange, idem):
+            return None
         completion = CompletionRequest(parsed.model, parsed.input_tokens, embedding=True)
         outcome = self.behaviour.admit(now, completion, key)
         if isinstance(outcome, Rejection):
@@ -327,7 +392,7 @@ class ProviderApp:
             self.behaviour.finish(now, outcome, 0)
             return self._send(exchange, wire.failure(outcome.failure.status, headers))
         self._respond_later(
-            exchange, outcome, headers, now, lambda _: embeddings_body(parsed, dimensions)
+            exchange, outcome, headers, now, lambda _: embeddings_body(parsed, dimensions), idem
         )
 
     def _embedding_dimensions(self, parsed: EmbeddingsRequest) -> int:

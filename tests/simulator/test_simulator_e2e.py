@@ -407,3 +407,29 @@ def test_it_counts_calls_by_the_caller_each_request_names(ports):
     assert httpx.get(f"{url(ports, 'an')}/_calls").json()["by_caller"]["req-3"] == 1
     httpx.post(f"{base}/_reset")
     assert httpx.get(f"{base}/_calls").json() == {"by_caller": {}}
+
+
+def test_it_answers_a_repeated_idempotency_key_from_the_first_call(ports):
+    """E5: a gateway re-sends a dead run's request with the same key; the provider serves it
+    once and answers the repeat with the first answer (GET /_idempotency counts both)."""
+    key = f"job-{time.time_ns()}"
+    body = {"model": "slow", "messages": HELLO, "max_tokens": 5}
+    headers = {"Authorization": "Bearer k", "Idempotency-Key": key}
+    with httpx.Client(base_url=url(ports, "oa"), timeout=10) as client:
+        # The first call's client hangs up before the answer (a worker SIGKILLed mid-call)…
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/v1/chat/completions", json=body, headers=headers, timeout=0.05)
+        # …its repeat waits for that call's answer instead of being served again.
+        repeat = client.post("/v1/chat/completions", json=body, headers=headers)
+        again = client.post("/v1/chat/completions", json=body, headers=headers)
+        other = client.post(
+            "/v1/chat/completions", json=body, headers={**headers, "Idempotency-Key": key + "x"}
+        )
+        keys = client.get("/_idempotency").json()
+
+    assert repeat.status_code == again.status_code == 200
+    assert repeat.headers["idempotent-replayed"] == "true"
+    assert repeat.json() == again.json()
+    assert "idempotent-replayed" not in other.headers and other.json()["id"] != repeat.json()["id"]
+    assert keys["executions"][key] == 1 and keys["executions"][key + "x"] == 1
+    assert keys["replays"] >= 2

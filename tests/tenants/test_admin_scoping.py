@@ -16,11 +16,11 @@ from django.db import models
 from django.test import Client
 from django.urls import reverse
 
-from gateway.models import Generation, Job
+from gateway.models import Batch, BatchFile, Generation, Job
 from quotas.models import Bucket
 from routing.models import Endpoint, Model, Provider
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
-from tests.personas import Personas, generation_create, job_create, owner_of
+from tests.personas import Personas, batch_create, generation_create, job_create, owner_of
 from tests.personas import admin_url as url
 
 REGISTRY = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
@@ -57,6 +57,8 @@ def ledger(personas: Personas) -> None:
         generation_create(personas.globex, n, model="acme/chat-small", provider="gamma")
         job_create(personas.acme, n)
         job_create(personas.globex, n)
+        batch_create(personas.acme, n)
+        batch_create(personas.globex, n)
 
 
 @pytest.mark.parametrize(
@@ -108,7 +110,9 @@ def test_it_shows_a_member_nothing_of_another_tenant(
                 assert not [o for o in remote.objects.filter(pk__in=ids) if hidden_from(o, viewer)]
 
 
-@pytest.mark.parametrize("model", [Tenant, Team, App, ApiKey, Bucket, Generation, Job])
+@pytest.mark.parametrize(
+    "model", [Tenant, Team, App, ApiKey, Bucket, Generation, Job, Batch, BatchFile]
+)
 def test_it_shows_a_member_all_of_their_own_tenant(
     personas: Personas, ledger: None, model: Any
 ) -> None:
@@ -147,6 +151,8 @@ def test_it_lists_only_member_pages_on_the_admin_index(personas: Personas) -> No
         "Bucket",
         "Generation",
         "Job",
+        "Batch",
+        "BatchFile",
         "Model",
         "Endpoint",
     }
