@@ -59,6 +59,8 @@ class Call:
     # One entry per attempt, for the ledger's timeline: provider, model, outcome, durations (ms).
     timeline: list[dict[str, Any]] = field(default_factory=list)
     broken: frozenset[str] = frozenset()  # endpoints planned behind an open breaker (G7)
+    # F5: fallbacks the route's contract kept out of the plan, (endpoint id, clause).
+    contract_refused: tuple[tuple[str, str], ...] = ()
     recorded: bool = False  # its generation (ledger row) was written
 
     @property
