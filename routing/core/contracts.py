@@ -10,10 +10,7 @@ the contract, and a refusal names the clause that stopped it (``contract_breach`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the catalogue holds a contract; a contract reads its endpoints
-    from routing.core.catalogue import EndpointConfig
+from typing import Any, Protocol
 
 SAME = "same"
 ANY = "any"
@@ -42,11 +39,25 @@ class FallbackContract:
 OPEN = FallbackContract()
 
 
+class Endpoint(Protocol):
+    """What a contract reads of an endpoint (``routing.core.catalogue.EndpointConfig``, which
+    holds the model's contract and so is not imported here)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def context_window(self) -> int: ...
+    @property
+    def supports(self) -> frozenset[str]: ...
+
+
 def contract_breach(
     contract: FallbackContract,
-    first: EndpointConfig,
+    first: Endpoint,
     first_price: float,
-    candidate: EndpointConfig,
+    candidate: Endpoint,
     candidate_price: float,
 ) -> str | None:
     """The clause of ``contract`` that stops ``candidate`` as a fallback of ``first``, or None.
