@@ -215,6 +215,8 @@ class Model(ConfigRules, models.Model):
         return self.slug
 
     def clean(self) -> None:
+        if self.fallback_contract is None:  # an emptied admin field: no contract, not NULL
+            self.fallback_contract = {}
         errors: dict[str, str] = {}
         try:
             routing_parameters(self.routing_parameters)

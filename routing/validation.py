@@ -51,6 +51,8 @@ def fallback_contract(value: object) -> dict[str, Any]:
         contract_parse(value)
     except ValueError as exc:
         raise Invalid(str(exc)) from None
+    if value is None:  # an emptied admin field: no contract
+        return {}
     assert isinstance(value, dict)
     regions = value.get("regions")
     if isinstance(regions, list):
