@@ -226,11 +226,20 @@ async def _respond(
     candidates = await _plan(call, snapshot, request)
     try:
         return await _serve(call, snapshot, request, candidates)
-    except CapacityRefused:
+    except CapacityRefused as refused:
         if not call.may_degrade:
             raise
         request = _degrade(call, snapshot, request)
-        return await _serve(call, snapshot, request, await _plan(call, snapshot, request))
+        try:
+            candidates = await _plan(call, snapshot, request)
+        except InvalidRequest:
+            if not call.contract_refused:
+                raise
+            # F5: the fallback model has no endpoint inside the route's contract: the refusal
+            # stays the capacity one, and says which clause kept each endpoint out.
+            _contract_named(call, refused)
+            raise refused from None
+        return await _serve(call, snapshot, request, candidates)
 
 
 def _model(
@@ -310,8 +319,11 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
             models=tuple(catalogue.routing_name(m) for m in request.models),
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
+            contract_reference=call.contract_reference if call.degraded_from else None,
         )
     )
+    if not call.degraded_from:
+        call.contract_reference = plan.contract_reference()
     call.route = plan_explanation(plan)
     call.broken = frozenset(who for who, why in plan.demoted if why == "breaker")
     call.contract_refused = plan.contract_refused
@@ -461,7 +473,7 @@ def _contract_named(call: Call, error: GatewayError) -> None:
     them out: the refusal says which clause stopped each (message, reason, explanation)."""
     if not call.contract_refused:
         return
-    model = _require_model(call).slug
+    model = call.degraded_from or _require_model(call).slug  # the route whose contract it is
     sentences = [contract_refusal(model, who, clause) for who, clause in call.contract_refused]
     error.message = f"{error.message} {'; '.join(sentences)}."
     error.reason = f"{error.reason}:fallback_contract"

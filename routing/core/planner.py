@@ -45,6 +45,17 @@ class RoutingRequest:
     models: tuple[str, ...] = ()  # fallback models, tried after ``model``
     tenant_sort: str | None = None
     sticky: StickyState | None = None
+    # F5: a request re-planned on another model (E2's degrade to ``fallback_model``) keeps the
+    # first route's contract, with that route's first choice and its price as the reference;
+    # then every attempt of this plan is a fallback.
+    contract_reference: ContractReference | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContractReference:
+    contract: FallbackContract
+    first: EndpointConfig
+    first_price: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,15 @@ class Plan:
     cost_guard: tuple[float, float] | None = None
     # F5: fallbacks the route's contract stopped, (endpoint id, clause); also in ``refused``.
     contract_refused: tuple[tuple[str, str], ...] = ()
+    # F5: the route's contract and the first attempt's effective price (a degrade's reference).
+    contract: FallbackContract | None = None
+    first_price: float = 0.0
+
+    def contract_reference(self) -> ContractReference | None:
+        """The reference a re-plan on another model keeps to (None: no contract to keep)."""
+        if self.contract is None or self.contract.open or not self.attempts:
+            return None
+        return ContractReference(self.contract, self.attempts[0], self.first_price)
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
@@ -109,13 +129,15 @@ def plan_build(
         refused.extend(part.refused)
         demoted.extend(part.demoted)
         capped.extend(part.capped)
-    held = _contract_hold(contract, attempts, costs, prices)
+    held = _contract_hold(contract, attempts, costs, prices, request.contract_reference)
     refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
         attempts=tuple(attempts),
         costs=tuple(costs),
         strategy=strategy,
         contract_refused=tuple(held),
+        contract=_route_contract(contract, request),
+        first_price=prices[0] if prices else 0.0,
         sticky=first.sticky if first else False,
         sticky_reason=first.sticky_reason if first else "",
         refused=tuple(refused),
@@ -133,21 +155,34 @@ def _price(table: ModelTable, i: int, part: _ModelPart) -> float:
     return per_in * part.input_tokens + per_out * part.output_tokens
 
 
+def _route_contract(
+    contract: FallbackContract | None, request: RoutingRequest
+) -> FallbackContract | None:
+    reference = request.contract_reference
+    return reference.contract if reference is not None else contract
+
+
 def _contract_hold(
     contract: FallbackContract | None,
     attempts: list[EndpointConfig],
     costs: list[float],
     prices: list[float],
+    reference: ContractReference | None = None,
 ) -> list[tuple[str, str]]:
     """F5: drop (in place) every fallback the route's contract does not allow; returns each
     dropped endpoint with the clause that stopped it. The first choice is the contract's
-    reference, never dropped itself."""
-    if contract is None or contract.open or len(attempts) < 2:
+    reference, never dropped itself — unless the reference is another plan's first choice
+    (a degraded request), when every attempt here is a fallback."""
+    if reference is not None:
+        contract, start = reference.contract, 0
+        first, first_price = reference.first, reference.first_price
+    elif contract is None or contract.open or len(attempts) < 2:
         return []
-    first, first_price = attempts[0], prices[0]
+    else:
+        start, first, first_price = 1, attempts[0], prices[0]
     held: list[tuple[str, str]] = []
-    keep = [0]
-    for k in range(1, len(attempts)):
+    keep = list(range(start))
+    for k in range(start, len(attempts)):
         clause = contract_breach(contract, first, first_price, attempts[k], prices[k])
         if clause is None:
             keep.append(k)
@@ -450,7 +485,8 @@ def _plan_unpartitioned(
     if not prefs.allow_fallbacks:
         keyed = keyed[:1]
     attempts, costs = [k[3] for k in keyed], [k[4] for k in keyed]
-    held = _contract_hold(contract, attempts, costs, [k[5] for k in keyed])
+    prices = [k[5] for k in keyed]
+    held = _contract_hold(contract, attempts, costs, prices, request.contract_reference)
     refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
         attempts=tuple(attempts),
@@ -458,6 +494,8 @@ def _plan_unpartitioned(
         strategy=sort,
         refused=tuple(refused),
         contract_refused=tuple(held),
+        contract=_route_contract(contract, request),
+        first_price=prices[0] if prices else 0.0,
         input_tokens=first.input_tokens if first else 0.0,
         output_tokens=first.output_tokens if first else 0.0,
     )

@@ -194,3 +194,34 @@ def test_sort_partition_none_applies_the_contract_too():
     # n@beta is the first choice now; alpha is within 1.5x of it, gamma is not.
     assert [e.id for e in result.attempts] == ["n@beta", "m@alpha"]
     assert [who for who, _ in result.contract_refused] == ["m@gamma"]
+
+
+def test_a_replan_on_the_fallback_model_keeps_the_first_routes_contract():
+    # E2's degrade: the request moves to another model; the first route's contract still holds,
+    # its first choice is the reference, and every endpoint of the new plan is a fallback.
+    eu_small = replace(EU, id="n@beta", model="n", price_input=0.2, price_output=0.4)
+    us_small = replace(US, id="n@alpha", model="n", price_input=0.2, price_output=0.4)
+    router = Router(
+        [
+            ModelConfig("m", (US, US_DEAR), contract=FallbackContract(same_region=True)),
+            ModelConfig("n", (eu_small, us_small)),
+        ]
+    )
+    rng = random.Random(0)
+    first = router.plan(RoutingRequest("m", input_tokens=1000, max_tokens=100), 10.0, rng)
+    reference = first.contract_reference()
+    assert reference is not None and reference.first.region == "us"
+
+    degraded = router.plan(
+        RoutingRequest("n", input_tokens=1000, max_tokens=100, contract_reference=reference),
+        10.0,
+        rng,
+    )
+
+    assert [e.id for e in degraded.attempts] == ["n@alpha"]
+    assert degraded.contract_refused == (("n@beta", "region eu != us"),)
+
+
+def test_an_open_contract_gives_no_reference_to_keep():
+    result = plan(OPEN)
+    assert result.contract_reference() is None
