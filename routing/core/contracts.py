@@ -86,7 +86,7 @@ def contract_breach(
 
 def contract_refusal(model: str, endpoint_id: str, clause: str) -> str:
     """The sentence a refusal carries, e.g. for the gateway's error message."""
-    return f"fallback to '{endpoint_id}' not allowed by the route's contract ({model}): {clause}"
+    return f"Fallback to '{endpoint_id}' not allowed by the route's contract ({model}): {clause}"
 
 
 def _tag(region: str) -> str:

@@ -94,7 +94,7 @@ def test_a_fallback_in_another_region_is_never_tried_and_the_refusal_names_it(
     assert calls.get(("alpha", "chat-large"), 0) >= 1, calls  # the first choice was tried
     error = response.json()["error"]
     assert (
-        "fallback to 'e2e/resident@beta' not allowed by the route's contract (e2e/resident): "
+        "Fallback to 'e2e/resident@beta' not allowed by the route's contract (e2e/resident): "
         "region eu != us" in error["message"]
     ), error
     assert error["reason"].endswith(":fallback_contract")
@@ -111,7 +111,7 @@ def test_a_fallback_above_the_price_ceiling_is_never_tried_and_the_refusal_names
     assert ("beta", "chat-large-fast") not in calls, calls
     assert calls.get(("alpha", "chat-large"), 0) >= 1, calls
     message = response.json()["error"]["message"]
-    assert "fallback to 'e2e/ceiling@beta' not allowed" in message, message
+    assert "Fallback to 'e2e/ceiling@beta' not allowed" in message, message
     assert "price ratio 1.6 > 1.2" in message, message
 
 
