@@ -470,3 +470,11 @@ def test_it_refuses_a_bad_region_tag_by_its_path(value: object) -> None:
     errors = errors_of(_edit("models[0].endpoints[1].region", value))
 
     assert any("models[0].endpoints[1].region: must be a region tag" in e for e in errors), errors
+
+
+def test_it_refuses_an_unknown_provider_in_a_fallback_contract() -> None:
+    errors = errors_of(_edit("models[0].fallback_contract", {"providers": ["alpha", "btea"]}))
+
+    assert any(
+        "models[0].fallback_contract.providers[1]: unknown provider 'btea'" in e for e in errors
+    ), errors
