@@ -125,11 +125,16 @@ def plan_build(
             first, strategy, contract = part, model_strategy, table.model.contract
         attempts.extend(table.endpoints[i] for i in part.order)
         costs.extend(part.costs[i] for i in part.order)
-        prices.extend(_price(table, i, part) for i in part.order)
+        if request.contract_reference is not None or (contract is not None and not contract.open):
+            prices.extend(_price(table, i, part) for i in part.order)  # only a contract reads them
         refused.extend(part.refused)
         demoted.extend(part.demoted)
         capped.extend(part.capped)
-    held = _contract_hold(contract, attempts, costs, prices, request.contract_reference)
+    held = (
+        _contract_hold(contract, attempts, costs, prices, request.contract_reference)
+        if prices
+        else []
+    )
     refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
         attempts=tuple(attempts),
