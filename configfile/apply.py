@@ -244,6 +244,7 @@ class _Writer:
                     "max_cost_premium": spec.max_cost_premium,
                     "routing_parameters": spec.routing,
                     "allow_fallbacks": spec.allow_fallbacks,
+                    "fallback_contract": spec.fallback_contract,
                     "is_active": spec.is_active,
                 },
             )
@@ -267,6 +268,7 @@ class _Writer:
                         "context_window": ep.context_window,
                         "max_output": ep.max_output,
                         "supports": ep.supports,
+                        "region": ep.region,
                         "quality_flagged": ep.quality_flagged,
                         "is_active": ep.is_active,
                     },

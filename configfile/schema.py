@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from common.reader import (
     Invalid,
@@ -31,7 +32,7 @@ from common.reader import (
     url,
 )
 from quotas.limits import LimitSpec, parse_limit
-from routing.validation import CAPABILITIES, routing_overrides
+from routing.validation import CAPABILITIES, fallback_contract, region, routing_overrides
 from tenants.keys import KEY_TYPE_PREFIX
 
 PROTOCOLS = ("openai", "anthropic")
@@ -98,6 +99,7 @@ class EndpointSpec:
     context_window: int
     max_output: int
     supports: list[str]
+    region: str
     quality_flagged: bool
     is_active: bool
     # The provider's limits on this one model for the organisation (endpoint scope, D1).
@@ -115,6 +117,7 @@ class ModelSpec:
     routing: dict[str, float]
     allow_fallbacks: bool
     fallback_model: str
+    fallback_contract: dict[str, Any]
     is_active: bool
     endpoints: list[EndpointSpec]
     limits: list[LimitSpec]
@@ -268,6 +271,7 @@ def parse_model(s: Section) -> ModelSpec:
         routing=s.field("routing", routing_overrides, {}),
         allow_fallbacks=s.field("allow_fallbacks", boolean, True),
         fallback_model=s.field("fallback_model", model_slug, ""),
+        fallback_contract=s.field("fallback_contract", fallback_contract, {}),
         is_active=s.field("active", boolean, True),
         endpoints=s.sections("endpoints", parse_endpoint),
         limits=s.sections("limits", parse_limit),
@@ -287,6 +291,7 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         context_window=s.field("context_window", positive_int),
         max_output=s.field("max_output", positive_int),
         supports=s.field("supports", list_of(choice(*CAPABILITIES)), []),
+        region=s.field("region", region, ""),
         quality_flagged=s.field("quality_flagged", boolean, False),
         is_active=s.field("active", boolean, True),
         limits=s.sections("limits", parse_limit),

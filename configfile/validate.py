@@ -69,6 +69,13 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
             _exists(errors, f"{model.path}.fallback_model", "model", model.fallback_model, models)
             if model.fallback_model == model.slug:
                 errors.add(f"{model.path}.fallback_model", "must name another model")
+        # F5: a misspelt provider in a contract would silently stop every fallback to it.
+        contract = model.fallback_contract if isinstance(model.fallback_contract, dict) else {}
+        contracted = contract.get("providers")
+        if isinstance(contracted, list):
+            for n, name in enumerate(contracted):
+                path = f"{model.path}.fallback_contract.providers[{n}]"
+                _exists(errors, path, "provider", name, providers)
 
     secrets: dict[str, str] = {}
     for tenant in config.tenants:

@@ -14,6 +14,7 @@ from quotas.core.estimate import Demand
 from quotas.core.model import Grant
 from quotas.snapshot import Workload
 from routing.catalogue import EndpointEntry, ModelEntry
+from routing.core.planner import ContractReference
 from tenants.identity import Principal
 
 # Used when an app has no workload class and the configuration defines none of that name.
@@ -67,6 +68,10 @@ class Call:
     # One entry per attempt, for the ledger's timeline: provider, model, outcome, durations (ms).
     timeline: list[dict[str, Any]] = field(default_factory=list)
     broken: frozenset[str] = frozenset()  # endpoints planned behind an open breaker (G7)
+    # F5: fallbacks the route's contract kept out of the plan, (endpoint id, clause).
+    contract_refused: tuple[tuple[str, str], ...] = ()
+    # F5: the first route's contract and first choice, which a degraded re-plan keeps to.
+    contract_reference: ContractReference | None = None
     recorded: bool = False  # its generation (ledger row) was written
 
     @property

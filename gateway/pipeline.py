@@ -56,6 +56,7 @@ from gateway.snapshot import Snapshot
 from quotas.broker import Broker, broker_get, demand_usage
 from quotas.core.retry import Failure, Next, retry_decide
 from routing.catalogue import EndpointEntry, ModelEntry
+from routing.core.contracts import contract_refusal
 from routing.core.overrides import model_suffix_split
 from routing.core.planner import RoutingRequest, plan_explanation
 from routing.core.stats import Outcome as RoutingOutcome
@@ -233,11 +234,20 @@ async def _respond(
     candidates = await _plan(call, snapshot, request)
     try:
         return await _serve(call, snapshot, request, candidates)
-    except CapacityRefused:
+    except CapacityRefused as refused:
         if not call.may_degrade:
             raise
         request = _degrade(call, snapshot, request)
-        return await _serve(call, snapshot, request, await _plan(call, snapshot, request))
+        try:
+            candidates = await _plan(call, snapshot, request)
+        except InvalidRequest:
+            if not call.contract_refused:
+                raise
+            # F5: the fallback model has no endpoint inside the route's contract: the refusal
+            # stays the capacity one, and says which clause kept each endpoint out.
+            _contract_named(call, refused)
+            raise refused from None
+        return await _serve(call, snapshot, request, candidates)
 
 
 def _model(
@@ -317,10 +327,14 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
             models=tuple(catalogue.routing_name(m) for m in request.models),
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
+            contract_reference=call.contract_reference if call.degraded_from else None,
         )
     )
+    if not call.degraded_from:
+        call.contract_reference = plan.contract_reference()
     call.route = plan_explanation(plan)
     call.broken = frozenset(who for who, why in plan.demoted if why == "breaker")
+    call.contract_refused = plan.contract_refused
     if not plan.attempts:
         reasons = ", ".join(f"{who}: {why}" for who, why in plan.refused) or "none configured"
         raise InvalidRequest(
@@ -435,6 +449,8 @@ async def _serve(
             step["next"] = decision.next.value
             if decision.next is Next.GIVE_UP:
                 attempt.error.reason = f"{attempt.error.reason}:{decision.reason}"
+                if len(candidates) == 1:
+                    _contract_named(call, attempt.error)
                 raise attempt.error
             if decision.next is Next.NEXT_ENDPOINT:
                 candidates = [e for e in candidates if e is not admitted.endpoint]
@@ -462,6 +478,18 @@ async def _dispatch(
         return await send
     async with broker.held(admitted.grant):
         return await send
+
+
+def _contract_named(call: Call, error: GatewayError) -> None:
+    """F5: the first choice failed with no fallback left because the route's contract kept
+    them out: the refusal says which clause stopped each (message, reason, explanation)."""
+    if not call.contract_refused:
+        return
+    model = call.degraded_from or _require_model(call).slug  # the route whose contract it is
+    sentences = [contract_refusal(model, who, clause) for who, clause in call.contract_refused]
+    error.message = f"{error.message} {'; '.join(sentences)}."
+    error.reason = f"{error.reason}:fallback_contract"
+    call.explanation.extend(f"{who}:contract({clause})" for who, clause in call.contract_refused)
 
 
 def _key_refused(attempt: Attempt, admitted: Admitted) -> bool:

@@ -180,6 +180,7 @@ class EndpointInline(TenantScopedInline, admin.TabularInline):  # type: ignore[t
         "context_window",
         "max_output",
         "supports",
+        "region",
         "is_active",
     ]
     autocomplete_fields = ["provider"]
@@ -216,6 +217,7 @@ class RouteModelForm(forms.ModelForm):  # type: ignore[type-arg]
             "default_input_tokens",
             "allow_fallbacks",
             "fallback_model",
+            "fallback_contract",
             "routing_parameters",
             "max_cost_premium",
             "is_active",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from routing.core.catalogue import EndpointConfig, ModelConfig
+from routing.core.contracts import contract_parse
 from routing.core.overrides import model_suffix_split
 from routing.models import Credential, Endpoint, Model, Provider, routing_parameters
 
@@ -50,6 +51,7 @@ class EndpointEntry:
     context_window: int
     max_output: int
     supports: frozenset[str]
+    region: str = ""  # F5: data-residency tag
 
     def cost(self, *, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
         """What the provider charges for this usage, in USD."""
@@ -137,6 +139,7 @@ def catalogue_build() -> Catalogue:
                 context_window=e.context_window,
                 max_output=e.max_output,
                 supports=frozenset(e.supports or ()),
+                region=e.region,
             )
         )
     models = {}
@@ -158,6 +161,7 @@ def catalogue_build() -> Catalogue:
                 default_output_tokens=float(m.default_output_tokens),
                 default_input_tokens=m.default_input_tokens,
                 max_cost_premium=float(m.max_cost_premium),
+                contract=contract_parse(m.fallback_contract or None),
             ),
         )
     return Catalogue(
@@ -187,4 +191,5 @@ def _endpoint_config(entry: EndpointEntry, flagged: bool) -> EndpointConfig:
         supports=entry.supports,
         cache_ttl_s=entry.provider.cache_ttl_seconds,
         flagged=flagged,
+        region=entry.region,
     )

@@ -19,7 +19,7 @@ from common.reader import (
     url,
 )
 from common.rules import ConfigRules, exact, seconds
-from routing import credentials
+from routing import credentials, validation
 from routing.core.parameters import RoutingParameters
 from routing.validation import CAPABILITIES, routing_overrides
 
@@ -186,10 +186,21 @@ class Model(ConfigRules, models.Model):
             "replaces it."
         ),
     )
+    # F5: what a fallback attempt may differ in from the first choice (routing/core/contracts.py).
+    fallback_contract = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "F5: what a fallback (any attempt after the first choice) may differ in, e.g. "
+            '{"providers": ["alpha", "gamma"], "regions": "same", "max_price_ratio": 1.5, '
+            '"context": "same_or_larger", "features": "same"}. Empty: any difference.'
+        ),
+    )
     is_active = models.BooleanField(default=True)
 
     config_rules = {
         "slug": model_slug,
+        "fallback_contract": validation.fallback_contract,
         "max_cost_premium": exact(non_negative_number),
         "aliases": list_of(model_slug),
         "default_output_tokens": positive_int,
@@ -204,6 +215,8 @@ class Model(ConfigRules, models.Model):
         return self.slug
 
     def clean(self) -> None:
+        if self.fallback_contract is None:  # an emptied admin field: no contract, not NULL
+            self.fallback_contract = {}
         errors: dict[str, str] = {}
         try:
             routing_parameters(self.routing_parameters)
@@ -255,6 +268,12 @@ class Endpoint(ConfigRules, models.Model):
         help_text="G8: flagged for bad output; it gets only a small test share until cleared.",
     )
     quality_note = models.CharField(max_length=200, blank=True, default="")
+    region = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        help_text="F5: data-residency tag (e.g. eu, us) a model's fallback contract may constrain.",
+    )
     is_active = models.BooleanField(default=True)
 
     # A string in ``supports`` would be read letter by letter; sizes of 0 fit no request.
@@ -265,6 +284,7 @@ class Endpoint(ConfigRules, models.Model):
         "context_window": positive_int,
         "max_output": positive_int,
         "supports": list_of(choice(*CAPABILITIES)),
+        "region": validation.region,
     }
 
     class Meta:

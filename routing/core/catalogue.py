@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from routing.core.contracts import OPEN, FallbackContract
 from routing.core.parameters import RoutingParameters
 
 PER_MILLION = 1e-6
@@ -25,6 +26,7 @@ class EndpointConfig:
     cache_ttl_s: float = 300.0  # G12: provider prompt-cache lifetime since last use
     flagged: bool = False  # G8: quality flag set by an admin or a benchmark job
     active: bool = True
+    region: str = ""  # F5: data-residency tag a fallback contract may constrain ("": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +41,5 @@ class ModelConfig:
     # The cost guard (issue 17): the traffic mix's expected price at most this much above the
     # cheapest eligible endpoint's (0.06 = +6 %); a request's provider.max_cost_premium wins.
     max_cost_premium: float = 0.06
+    # F5: what a fallback attempt may differ in from the first choice (the default: anything).
+    contract: FallbackContract = OPEN

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from routing.core.catalogue import EndpointConfig
+from routing.core.contracts import FallbackContract, contract_breach
 from routing.core.eligibility import candidates
 from routing.core.guards import cost_guard, fill
 from routing.core.legacy import price_only_order
@@ -44,6 +45,17 @@ class RoutingRequest:
     models: tuple[str, ...] = ()  # fallback models, tried after ``model``
     tenant_sort: str | None = None
     sticky: StickyState | None = None
+    # F5: a request re-planned on another model (E2's degrade to ``fallback_model``) keeps the
+    # first route's contract, with that route's first choice and its price as the reference;
+    # then every attempt of this plan is a fallback.
+    contract_reference: ContractReference | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContractReference:
+    contract: FallbackContract
+    first: EndpointConfig
+    first_price: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +75,17 @@ class Plan:
     capped: tuple[str, ...] = ()
     # The cost guard moved share toward the cheapest endpoint: (premium before, after).
     cost_guard: tuple[float, float] | None = None
+    # F5: fallbacks the route's contract stopped, (endpoint id, clause); also in ``refused``.
+    contract_refused: tuple[tuple[str, str], ...] = ()
+    # F5: the route's contract and the first attempt's effective price (a degrade's reference).
+    contract: FallbackContract | None = None
+    first_price: float = 0.0
+
+    def contract_reference(self) -> ContractReference | None:
+        """The reference a re-plan on another model keeps to (None: no contract to keep)."""
+        if self.contract is None or self.contract.open or not self.attempts:
+            return None
+        return ContractReference(self.contract, self.attempts[0], self.first_price)
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
@@ -86,7 +109,9 @@ def plan_build(
     refused: list[tuple[str, str]] = []
     demoted: list[tuple[str, str]] = []
     capped: list[str] = []
+    prices: list[float] = []
     first: _ModelPart | None = None
+    contract: FallbackContract | None = None
     strategy = default_strategy
     for n, slug in enumerate(slugs):
         base, suffix_sort = model_suffix_split(slug)
@@ -97,16 +122,27 @@ def plan_build(
         model_strategy = strategy_choose(prefs, suffix_sort, request.tenant_sort, default_strategy)
         part = _model_part(table, request, model_strategy, now, rng, sticky_allowed=n == 0)
         if first is None:
-            first, strategy = part, model_strategy
+            first, strategy, contract = part, model_strategy, table.model.contract
         attempts.extend(table.endpoints[i] for i in part.order)
         costs.extend(part.costs[i] for i in part.order)
+        if request.contract_reference is not None or (contract is not None and not contract.open):
+            prices.extend(_price(table, i, part) for i in part.order)  # only a contract reads them
         refused.extend(part.refused)
         demoted.extend(part.demoted)
         capped.extend(part.capped)
+    held = (
+        _contract_hold(contract, attempts, costs, prices, request.contract_reference)
+        if prices
+        else []
+    )
+    refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
         attempts=tuple(attempts),
         costs=tuple(costs),
         strategy=strategy,
+        contract_refused=tuple(held),
+        contract=_route_contract(contract, request),
+        first_price=prices[0] if prices else 0.0,
         sticky=first.sticky if first else False,
         sticky_reason=first.sticky_reason if first else "",
         refused=tuple(refused),
@@ -116,6 +152,52 @@ def plan_build(
         capped=tuple(capped),
         cost_guard=first.cost_guard if first else None,
     )
+
+
+def _price(table: ModelTable, i: int, part: _ModelPart) -> float:
+    """The request's effective price at endpoint i (G3): what a contract's price ceiling reads."""
+    per_in, per_out = table.price_per_token(i)
+    return per_in * part.input_tokens + per_out * part.output_tokens
+
+
+def _route_contract(
+    contract: FallbackContract | None, request: RoutingRequest
+) -> FallbackContract | None:
+    reference = request.contract_reference
+    return reference.contract if reference is not None else contract
+
+
+def _contract_hold(
+    contract: FallbackContract | None,
+    attempts: list[EndpointConfig],
+    costs: list[float],
+    prices: list[float],
+    reference: ContractReference | None = None,
+) -> list[tuple[str, str]]:
+    """F5: drop (in place) every fallback the route's contract does not allow; returns each
+    dropped endpoint with the clause that stopped it. The first choice is the contract's
+    reference, never dropped itself — unless the reference is another plan's first choice
+    (a degraded request), when every attempt here is a fallback."""
+    if reference is not None:
+        contract, start = reference.contract, 0
+        first, first_price = reference.first, reference.first_price
+    elif contract is None or contract.open or len(attempts) < 2:
+        return []
+    else:
+        start, first, first_price = 1, attempts[0], prices[0]
+    held: list[tuple[str, str]] = []
+    keep = list(range(start))
+    for k in range(start, len(attempts)):
+        clause = contract_breach(contract, first, first_price, attempts[k], prices[k])
+        if clause is None:
+            keep.append(k)
+        else:
+            held.append((attempts[k].id, clause))
+    if held:
+        attempts[:] = [attempts[k] for k in keep]
+        costs[:] = [costs[k] for k in keep]
+        prices[:] = [prices[k] for k in keep]
+    return held
 
 
 class _ModelPart:
@@ -376,9 +458,10 @@ def _plan_unpartitioned(
     # sort.partition "none": the endpoints of all listed models are sorted together.
     prefs = request.provider
     sort = prefs.sort or "price"
-    keyed: list[tuple[bool, float, int, EndpointConfig, float]] = []
+    keyed: list[tuple[bool, float, int, EndpointConfig, float, float]] = []
     refused: list[tuple[str, str]] = []
     first: _ModelPart | None = None
+    contract: FallbackContract | None = None
     for n, slug in enumerate(slugs):
         base, _ = model_suffix_split(slug)
         table = table_for(base, now)
@@ -388,19 +471,36 @@ def _plan_unpartitioned(
         part = _model_part(table, request, sort, now, rng, sticky_allowed=False)
         if not request.features & CHECKED_FEATURES:
             table = table.plain  # as _model_part ranked it
-        first = first or part
+        if first is None:
+            first, contract = part, table.model.contract
         refused.extend(part.refused)
         for i in part.order:
             key = _sort_key(table, i, sort, part.input_tokens, part.output_tokens)
-            keyed.append((table.demoted[i] != "", key, n, table.endpoints[i], part.costs[i]))
+            keyed.append(
+                (
+                    table.demoted[i] != "",
+                    key,
+                    n,
+                    table.endpoints[i],
+                    part.costs[i],
+                    _price(table, i, part),
+                )
+            )
     keyed.sort(key=lambda k: (k[0], k[1], k[2]))
     if not prefs.allow_fallbacks:
         keyed = keyed[:1]
+    attempts, costs = [k[3] for k in keyed], [k[4] for k in keyed]
+    prices = [k[5] for k in keyed]
+    held = _contract_hold(contract, attempts, costs, prices, request.contract_reference)
+    refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
-        attempts=tuple(k[3] for k in keyed),
-        costs=tuple(k[4] for k in keyed),
+        attempts=tuple(attempts),
+        costs=tuple(costs),
         strategy=sort,
         refused=tuple(refused),
+        contract_refused=tuple(held),
+        contract=_route_contract(contract, request),
+        first_price=prices[0] if prices else 0.0,
         input_tokens=first.input_tokens if first else 0.0,
         output_tokens=first.output_tokens if first else 0.0,
     )

@@ -433,3 +433,48 @@ def test_it_reports_an_invalid_name_with_its_path(path: str, value: str) -> None
     errors = errors_of(_edit(path, value))
 
     assert any(error.startswith(f"{path}: ") for error in errors), errors
+
+
+def test_it_reads_a_fallback_contract_and_region_tags() -> None:
+    data = reference()
+    data["models"][0]["fallback_contract"] = {"regions": "same", "max_price_ratio": 1.5}
+    data["models"][0]["endpoints"][0]["region"] = "eu"
+
+    models = config_parse(data).models
+
+    assert models[0].fallback_contract == {"regions": "same", "max_price_ratio": 1.5}
+    assert [e.region for e in models[0].endpoints] == ["eu", "", ""]
+    assert models[1].fallback_contract == {}  # no contract: any fallback, as before
+
+
+FALLBACK_CONTRACT_INVALID = [
+    ({"region": "same"}, "models[0].fallback_contract: unknown clause 'region'"),
+    ({"regions": "eu"}, "models[0].fallback_contract: regions: must be 'same' or a list"),
+    ({"regions": ["EU!"]}, "models[0].fallback_contract.regions[0]: must be a region tag"),
+    ({"max_price_ratio": 0.5}, "models[0].fallback_contract: max_price_ratio: must be a number"),
+    ({"providers": "alpha"}, "models[0].fallback_contract: providers: must be a non-empty list"),
+    ({"context": "bigger"}, "models[0].fallback_contract: context: must be one of any"),
+    ("strict", "models[0].fallback_contract: must be a mapping of contract clauses"),
+]
+
+
+@pytest.mark.parametrize(("value", "fragment"), FALLBACK_CONTRACT_INVALID)
+def test_it_refuses_a_bad_fallback_contract_naming_the_clause(value: object, fragment: str) -> None:
+    errors = errors_of(_edit("models[0].fallback_contract", value))
+
+    assert any(fragment in error for error in errors), errors
+
+
+@pytest.mark.parametrize("value", ["Europe West", 7, "x" * 41])
+def test_it_refuses_a_bad_region_tag_by_its_path(value: object) -> None:
+    errors = errors_of(_edit("models[0].endpoints[1].region", value))
+
+    assert any("models[0].endpoints[1].region: must be a region tag" in e for e in errors), errors
+
+
+def test_it_refuses_an_unknown_provider_in_a_fallback_contract() -> None:
+    errors = errors_of(_edit("models[0].fallback_contract", {"providers": ["alpha", "btea"]}))
+
+    assert any(
+        "models[0].fallback_contract.providers[1]: unknown provider 'btea'" in e for e in errors
+    ), errors

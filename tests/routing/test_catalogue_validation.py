@@ -54,6 +54,7 @@ BAD_ENDPOINTS = {
     "max output beyond the context": ("max_output", "200000", "must not exceed context_window"),
     "features as a string": ("supports", '"tools"', "must be a list"),
     "unknown feature": ("supports", '["tools", "teleport"]', "[1]: must be one of tools"),
+    "region not a tag": ("region", "Europe West", "must be a region tag"),
 }
 
 
@@ -136,6 +137,9 @@ MODEL = {
         ("routing_parameters", '{"band": true}', "must be a number"),
         ("routing_parameters", '{"bandd": 0.2}', "known:"),
         ("slug", "test/new model", "model id"),
+        ("fallback_contract", '{"regions": "eu"}', "must be 'same' or a list"),
+        ("fallback_contract", '{"max_price_ratio": 0.5}', "must be a number >= 1"),
+        ("fallback_contract", '{"region": "same"}', "unknown clause 'region'"),
     ],
 )
 def test_it_refuses_a_model_loadconfig_refuses(
@@ -148,12 +152,24 @@ def test_it_refuses_a_model_loadconfig_refuses(
 
 
 def test_it_saves_a_good_model(staff: Client) -> None:
-    answer = staff.post(url(Model, "add"), {**MODEL, "routing_parameters": '{"band": 0.2}'})
+    contract = '{"regions": "same", "max_price_ratio": 1.5}'
+    answer = staff.post(
+        url(Model, "add"),
+        {**MODEL, "routing_parameters": '{"band": 0.2}', "fallback_contract": contract},
+    )
 
     assert answer.status_code == 302
     saved = Model.objects.get(slug="test/new-model")
     assert saved.routing_parameters == {"band": 0.2}
+    assert saved.fallback_contract == {"regions": "same", "max_price_ratio": 1.5}
     assert saved.max_cost_premium == Decimal("0.06")
+
+
+def test_an_emptied_fallback_contract_is_no_contract(staff: Client) -> None:
+    answer = staff.post(url(Model, "add"), {**MODEL, "fallback_contract": ""})
+
+    assert answer.status_code == 302
+    assert Model.objects.get(slug="test/new-model").fallback_contract == {}
 
 
 def test_it_shows_an_endpoint_saved_before_validation(personas: Personas, staff: Client) -> None:
