@@ -88,6 +88,11 @@ PROVIDER = {
     "cache_ttl_seconds": "300",
     "learn_concurrency": "on",
     "is_active": "on",
+    # the provider page's inlines: its projects and its pool of keys (none here)
+    "projects-TOTAL_FORMS": "0",
+    "projects-INITIAL_FORMS": "0",
+    "credentials-TOTAL_FORMS": "0",
+    "credentials-INITIAL_FORMS": "0",
 }
 
 
