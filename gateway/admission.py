@@ -23,10 +23,12 @@ from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
-from quotas.core.fairqueue import QueueReason, QueueRefusal
+from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor
 from quotas.core.model import Grant, Reason, Refusal
 from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import EndpointEntry
+from routing.core.capacity import CapacityView
+from routing.live import live_router
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
 CORRECTIONS = Corrections()
@@ -91,6 +93,7 @@ async def admit(
     """Try the ranked candidates without waiting; then wait in line for the first to fit."""
     assert call.principal is not None
     refused: list[Candidate] = []
+    capacity = live_router().router.capacity
     for endpoint in candidates:
         model = snapshot.catalogue.models[endpoint.model_slug]
         demand = request.estimate.demand(
@@ -105,11 +108,13 @@ async def admit(
             call, broker, buckets, demand_usage(demand, endpoint), _turn(call, wait=False)
         )
         if isinstance(result, Grant):
+            capacity.room(endpoint.key)
             return _admitted(call, endpoint, buckets, result, demand, request)
         refused.append(Candidate(endpoint, buckets, demand, result))
         call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
         if buckets.is_tenant_side(result.bucket):
             break  # the caller's own limit binds whichever endpoint serves the request
+        _capacity_heard(capacity, endpoint, buckets, result)
 
     return await _wait(call, request, refused, broker)
 
@@ -134,8 +139,19 @@ async def _wait(
     finally:
         call.queue_wait += time.monotonic() - waiting_since
     if isinstance(result, Grant):
+        live_router().router.capacity.room(best.endpoint.key)
         return _admitted(call, best.endpoint, best.buckets, result, best.demand, request)
     raise _refusal(call, result, best.demand, best.buckets)
+
+
+def _capacity_heard(
+    capacity: CapacityView, endpoint: EndpointEntry, buckets: AttemptBuckets, refusal: QueueRefusal
+) -> None:
+    """Tell this process's router when the endpoint's provider fits again (issue 17 item 3):
+    the answer the broker just gave, so the view costs no Redis call. Only the provider's own
+    buckets count: a tenant's limit binds on every endpoint alike."""
+    provider = [b.spec for b in buckets.buckets if not b.tenant_side]
+    capacity.full(endpoint.key, refusal_floor(refusal, provider, refusal.at), refusal.at)
 
 
 def _turn(call: Call, *, wait: bool) -> Turn:
@@ -217,6 +233,18 @@ def _refusal(
         why = QUEUE_REFUSALS.get(reason, reason.replace("_", " "))
     return CapacityRefused(
         f"No capacity for this request: {why}.", reason=reason, retry_after=retry_after
+    )
+
+
+def capacity_wait_refusal(call: Call, endpoint: str, wait: float) -> CapacityRefused:
+    """Every candidate is full past the request's deadline, as the broker last said: refused
+    before any broker call, naming the endpoint with room first (issue 17 item 3)."""
+    call.binding_bucket = ""
+    return CapacityRefused(
+        f"No capacity for this request: every endpoint that can serve it is full past its "
+        f"deadline; the first to have room is '{endpoint}', in about {wait:.0f} s.",
+        reason="capacity_wait",
+        retry_after=max(1.0, wait),
     )
 
 

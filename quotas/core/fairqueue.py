@@ -160,6 +160,19 @@ def earliest_admission(
     return floor
 
 
+def refusal_floor(refusal: QueueRefusal, buckets: Sequence[BucketSpec], now: float) -> float:
+    """When a request refused on its fast try could fit at the earliest, as a floor the router
+    may plan on (``routing.core.capacity``): the refill buckets' latest fit time (a concurrency
+    slot may free any moment: no floor), a pause's end, or the pool's next fit when others wait
+    ahead. ``now``: nothing known (the caller's own deadline, a request too large to ever fit)."""
+    if refusal.refusals:
+        rules = {b.name: b.rule for b in buckets}
+        return earliest_admission(refusal.refusals, rules, now)
+    if refusal.reason is QueueReason.DEADLINE or refusal.reason is Reason.UNSATISFIABLE:
+        return now
+    return refusal.retry_at if now < refusal.retry_at < INF else now
+
+
 def unreachable(
     refusal: Refusal, rules: Mapping[str, Rule], deadline: float, now: float
 ) -> QueueRefusal | None:
