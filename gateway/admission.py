@@ -114,7 +114,7 @@ async def admit(
         call.explanation.append(f"{endpoint.provider.name}:{result.reason.value}")
         if buckets.is_tenant_side(result.bucket):
             break  # the caller's own limit binds whichever endpoint serves the request
-        _capacity_heard(capacity, endpoint, buckets, result)
+        _capacity_heard(capacity, endpoint, buckets, result, request.estimate.input_tokens)
 
     return await _wait(call, request, refused, broker)
 
@@ -145,13 +145,19 @@ async def _wait(
 
 
 def _capacity_heard(
-    capacity: CapacityView, endpoint: EndpointEntry, buckets: AttemptBuckets, refusal: QueueRefusal
+    capacity: CapacityView,
+    endpoint: EndpointEntry,
+    buckets: AttemptBuckets,
+    refusal: QueueRefusal,
+    size: float,
 ) -> None:
     """Tell this process's router when the endpoint's provider fits again (issue 17 item 3):
-    the answer the broker just gave, so the view costs no Redis call. Only the provider's own
-    buckets count: a tenant's limit binds on every endpoint alike."""
+    the answer the broker just gave, so the view costs no Redis call, for requests of at least
+    this one's ``size`` (its estimated input tokens, as the router saw them). Only the
+    provider's own buckets count: a tenant's limit binds on every endpoint alike."""
     provider = [b.spec for b in buckets.buckets if not b.tenant_side]
-    capacity.full(endpoint.key, refusal_floor(refusal, provider, refusal.at), refusal.at)
+    floor = refusal_floor(refusal, provider, refusal.at)
+    capacity.full(endpoint.key, floor, refusal.at, float(size))
 
 
 def _turn(call: Call, *, wait: bool) -> Turn:

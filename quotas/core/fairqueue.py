@@ -162,15 +162,29 @@ def earliest_admission(
 
 def refusal_floor(refusal: QueueRefusal, buckets: Sequence[BucketSpec], now: float) -> float:
     """When a request refused on its fast try could fit at the earliest, as a floor the router
-    may plan on (``routing.core.capacity``): the refill buckets' latest fit time (a concurrency
-    slot may free any moment: no floor), a pause's end, or the pool's next fit when others wait
-    ahead. ``now``: nothing known (the caller's own deadline, a request too large to ever fit)."""
+    may plan on (``routing.core.capacity``); ``now``: no floor is known.
+
+    Only what a settle cannot hand back sooner is a floor: the fit time of the buckets of
+    requests and input tokens (refill, or a daily or rolling window: the reservation is kept,
+    as ``drain_floor`` counts), a ramp's, and a provider's pause. An output or spend
+    reservation is mostly given back when the answer is shorter than its maximum, and a
+    concurrency slot when any request ends: their fit times are no floor. Nor is the queue's
+    hint when others wait ahead (their heads may wait on exactly those)."""
     if refusal.refusals:
-        rules = {b.name: b.rule for b in buckets}
-        return earliest_admission(refusal.refusals, rules, now)
-    if refusal.reason is QueueReason.DEADLINE or refusal.reason is Reason.UNSATISFIABLE:
-        return now
-    return refusal.retry_at if now < refusal.retry_at < INF else now
+        rules = {
+            b.name: b.rule
+            for b in buckets
+            if b.rule is Rule.RAMP
+            or (b.rule is not Rule.CONCURRENCY and b.dimension in DRAINED_DIMENSIONS)
+        }
+        floor = earliest_admission(refusal.refusals, rules, now)
+        for r in refusal.refusals:
+            if r.reason is Reason.PAUSED and r.retry_at < INF:
+                floor = max(floor, r.retry_at)
+        return floor
+    if refusal.reason is Reason.PAUSED and now < refusal.retry_at < INF:
+        return refusal.retry_at
+    return now
 
 
 def unreachable(

@@ -209,7 +209,7 @@ def _model_part(
     ci, co, cc = table.coef_in, table.coef_out, table.coef_const
     costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
     if strategy == "routing_cost" and capacity is not None and capacity.free_at:
-        cand, costs = _capacity(table, cand, costs, request.deadline_s, capacity, now, part)
+        cand, costs = _capacity(table, cand, costs, request, tokens_in, capacity, now, part)
         if not cand:
             return part
     part.costs = dict(zip(cand, costs, strict=True))
@@ -253,7 +253,8 @@ def _capacity(
     table: ModelTable,
     cand: list[int],
     costs: list[float],
-    deadline_s: float | None,
+    request: RoutingRequest,
+    tokens_in: float,
     capacity: CapacityView,
     now: float,
     part: _ModelPart,
@@ -261,10 +262,11 @@ def _capacity(
     """The candidates' routing costs with their expected wait for capacity, without those
     full past the deadline (all of them: ``part.capacity_refused``), ``routing.core.capacity``."""
     ids = [table.endpoints[i].id for i in cand]
-    waits = [capacity.wait(e, now) for e in ids]
+    waits = [capacity.wait(e, now, tokens_in) for e in ids]
     if not any(waits):
         return cand, costs
     costs = capacity_costs(costs, waits, table.lam)
+    deadline_s = request.deadline_s
     if deadline_s is None:
         return cand, costs
     keep, refused = capacity_refusal(ids, waits, deadline_s)

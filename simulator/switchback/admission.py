@@ -118,7 +118,7 @@ class SimAdmission:
             assert isinstance(result, QueueRefusal)
             if self.capacity is not None:
                 floor = refusal_floor(result, route.buckets, now)
-                self.capacity.full(route.endpoint.id, floor, now)
+                self.capacity.full(route.endpoint.id, floor, now, float(request.input_tokens))
             if result.reason is not QueueReason.DEADLINE:
                 self.broker_refused(request, route)
             if result.reason is Reason.UNSATISFIABLE:

@@ -97,6 +97,24 @@ def test_a_request_whose_every_candidate_is_full_is_refused_naming_the_first_wit
     )
 
 
+def test_a_large_request_refused_says_nothing_of_a_smaller_one():
+    # The broker refused a 20,000-token prompt at cheap until NOW + 12 s (a token bucket, a
+    # spend window): the 1,000-token request is not held by it, a 25,000-token one is.
+    r = router()
+    r.capacity.full(CHEAP.id, NOW + 12.0, NOW, size=20000.0)
+    small = r.plan(REQUEST, NOW, random.Random(0))
+    assert costs_of(small) == pytest.approx({"cheap": COST_CHEAP, "dear": COST_DEAR})
+    large = r.plan(
+        RoutingRequest("m", input_tokens=25000.0, max_tokens=400, deadline_s=10.0),
+        NOW,
+        random.Random(0),
+    )
+    assert [e.provider for e in large.attempts] == ["dear"]
+    # A small one refused too: the view now holds from its size up.
+    r.capacity.full(CHEAP.id, NOW + 12.0, NOW, size=800.0)
+    assert [e.provider for e in r.plan(REQUEST, NOW, random.Random(0)).attempts] == ["dear"]
+
+
 def test_a_grant_or_the_time_passing_ends_the_wait():
     r = router()
     r.capacity.full(CHEAP.id, NOW + 12.0, NOW)
@@ -120,9 +138,10 @@ def test_price_only_routing_ignores_the_view():
 
 def test_the_view_and_the_formulas_by_themselves():
     view = CapacityView()
-    view.full("a", 105.0, 100.0)
+    view.full("a", 105.0, 100.0, size=500.0)
     view.full("b", 99.0, 100.0)  # a fit time already past: room now
-    assert view.wait("a", 101.0) == pytest.approx(4.0)
+    assert view.wait("a", 101.0, 500.0) == pytest.approx(4.0)
+    assert view.wait("a", 101.0, 499.0) == 0.0
     assert view.wait("b", 101.0) == 0.0 and view.wait("c", 101.0) == 0.0
     assert view.wait("a", 106.0) == 0.0 and "a" not in view.free_at
     assert capacity_costs([0.002, 0.003], [0.0, 4.0], 0.0005) == pytest.approx([0.002, 0.005])
