@@ -23,10 +23,12 @@ from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
-from quotas.core.fairqueue import QueueReason, QueueRefusal
+from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor
 from quotas.core.model import Grant, Reason, Refusal, Rule
 from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import CredentialEntry, EndpointEntry
+from routing.core.capacity import CapacityView
+from routing.live import live_router
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
 CORRECTIONS = Corrections()
@@ -97,6 +99,7 @@ async def admit(
     """Try the ranked candidates without waiting; then wait in line for the first to fit."""
     assert call.principal is not None
     refused: list[Candidate] = []
+    capacity = live_router().router.capacity
     for endpoint in candidates:
         model = snapshot.catalogue.models[endpoint.model_slug]
         demand = request.estimate.demand(
@@ -117,6 +120,7 @@ async def admit(
             result = await _reserve(call, broker, buckets, usage, _turn(call, wait=False))
             if isinstance(result, Grant):
                 broker.key_granted(buckets, result, time.time())
+                capacity.room(endpoint.key)
                 return _admitted(call, endpoint, buckets, result, demand, request)
             refused.append(Candidate(endpoint, buckets, demand, result))
             call.explanation.append(f"{attempt_label(endpoint, credential)}:{result.reason.value}")
@@ -128,6 +132,7 @@ async def admit(
             broker.key_full(buckets, result.retry_at, time.time())
         if tenant_bound:
             break  # the caller's own limit binds whichever endpoint serves the request
+        _capacity_heard(capacity, endpoint, buckets, result, request.estimate.input_tokens)
 
     return await _wait(call, request, refused, broker)
 
@@ -159,8 +164,25 @@ async def _wait(
     finally:
         call.queue_wait += time.monotonic() - waiting_since
     if isinstance(result, Grant):
+        live_router().router.capacity.room(best.endpoint.key)
         return _admitted(call, best.endpoint, best.buckets, result, best.demand, request)
     raise _refusal(call, result, best.demand, best.buckets)
+
+
+def _capacity_heard(
+    capacity: CapacityView,
+    endpoint: EndpointEntry,
+    buckets: AttemptBuckets,
+    refusal: QueueRefusal,
+    size: float,
+) -> None:
+    """Tell this process's router when the endpoint's provider fits again (issue 17 item 3):
+    the answer the broker just gave, so the view costs no Redis call, for requests of at least
+    this one's ``size`` (its estimated input tokens, as the router saw them). Only the
+    provider's own buckets count: a tenant's limit binds on every endpoint alike."""
+    provider = [b.spec for b in buckets.buckets if not b.tenant_side]
+    floor = refusal_floor(refusal, provider, refusal.at)
+    capacity.full(endpoint.key, floor, refusal.at, float(size))
 
 
 def _turn(call: Call, *, wait: bool) -> Turn:
@@ -253,6 +275,18 @@ def _refusal(
         why = QUEUE_REFUSALS.get(reason, reason.replace("_", " "))
     return CapacityRefused(
         f"No capacity for this request: {why}.", reason=reason, retry_after=retry_after
+    )
+
+
+def capacity_wait_refusal(call: Call, endpoint: str, wait: float) -> CapacityRefused:
+    """Every candidate is full past the request's deadline, as the broker last said: refused
+    before any broker call, naming the endpoint with room first (issue 17 item 3)."""
+    call.binding_bucket = ""
+    return CapacityRefused(
+        f"No capacity for this request: every endpoint that can serve it is full past its "
+        f"deadline; the first to have room is '{endpoint}', in about {wait:.0f} s.",
+        reason="capacity_wait",
+        retry_after=max(1.0, wait),
     )
 
 

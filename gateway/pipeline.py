@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 
 from common.faultlog import faults
 from gateway import idempotency, jobs, metrics, sent_pins
-from gateway.admission import Admitted, admit, attempt_label
+from gateway.admission import Admitted, admit, attempt_label, capacity_wait_refusal
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
 from gateway.dispatch import Attempt, attempt_send
@@ -231,9 +231,8 @@ async def _respond(
     call: Call, snapshot: Snapshot, request: CanonicalRequest
 ) -> HttpResponse | StreamingHttpResponse:
     """Plan and serve; no capacity for a degrading class: its model's fallback (E2)."""
-    candidates = await _plan(call, snapshot, request)
-    try:
-        return await _serve(call, snapshot, request, candidates)
+    try:  # the plan itself may refuse for capacity (every candidate full past the deadline)
+        return await _serve(call, snapshot, request, await _plan(call, snapshot, request))
     except CapacityRefused as refused:
         if not call.may_degrade:
             raise
@@ -328,6 +327,7 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
             contract_reference=call.contract_reference if call.degraded_from else None,
+            deadline_s=max(0.0, call.deadline - time.time()),
         )
     )
     if not call.degraded_from:
@@ -335,6 +335,8 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
     call.route = plan_explanation(plan)
     call.broken = frozenset(who for who, why in plan.demoted if why == "breaker")
     call.contract_refused = plan.contract_refused
+    if not plan.attempts and plan.capacity_refused is not None:
+        raise capacity_wait_refusal(call, *plan.capacity_refused)
     if not plan.attempts:
         reasons = ", ".join(f"{who}: {why}" for who, why in plan.refused) or "none configured"
         raise InvalidRequest(

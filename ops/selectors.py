@@ -32,8 +32,9 @@ from gateway.models import Generation
 from quotas.models import Reservation
 from tenants.models import Tenant
 
-# Queue refusals at the deadline (quotas.core.fairqueue.QueueReason) — SPEC H2's expiries.
-DEADLINE_REASONS = ("deadline", "deadline_unreachable")
+# Queue refusals at the deadline (quotas.core.fairqueue.QueueReason) — SPEC H2's expiries —
+# and the plan's own refusal when every candidate is full past it (routing.core.capacity).
+DEADLINE_REASONS = ("deadline", "deadline_unreachable", "capacity_wait")
 # What the pipeline notes per failed upstream attempt ("<provider>:<outcome>", gateway.call).
 UPSTREAM_429 = ("capacity", "policy")
 UPSTREAM_503 = ("overload",)

@@ -160,6 +160,33 @@ def earliest_admission(
     return floor
 
 
+def refusal_floor(refusal: QueueRefusal, buckets: Sequence[BucketSpec], now: float) -> float:
+    """When a request refused on its fast try could fit at the earliest, as a floor the router
+    may plan on (``routing.core.capacity``); ``now``: no floor is known.
+
+    Only what a settle cannot hand back sooner is a floor: the fit time of the buckets of
+    requests and input tokens (refill, or a daily or rolling window: the reservation is kept,
+    as ``drain_floor`` counts), a ramp's, and a provider's pause. An output or spend
+    reservation is mostly given back when the answer is shorter than its maximum, and a
+    concurrency slot when any request ends: their fit times are no floor. Nor is the queue's
+    hint when others wait ahead (their heads may wait on exactly those)."""
+    if refusal.refusals:
+        rules = {
+            b.name: b.rule
+            for b in buckets
+            if b.rule is Rule.RAMP
+            or (b.rule is not Rule.CONCURRENCY and b.dimension in DRAINED_DIMENSIONS)
+        }
+        floor = earliest_admission(refusal.refusals, rules, now)
+        for r in refusal.refusals:
+            if r.reason is Reason.PAUSED and r.retry_at < INF:
+                floor = max(floor, r.retry_at)
+        return floor
+    if refusal.reason is Reason.PAUSED and now < refusal.retry_at < INF:
+        return refusal.retry_at
+    return now
+
+
 def unreachable(
     refusal: Refusal, rules: Mapping[str, Rule], deadline: float, now: float
 ) -> QueueRefusal | None:

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from routing.core.capacity import CapacityView, capacity_costs, capacity_refusal
 from routing.core.catalogue import EndpointConfig
 from routing.core.contracts import FallbackContract, contract_breach
 from routing.core.eligibility import candidates
@@ -49,6 +50,9 @@ class RoutingRequest:
     # first route's contract, with that route's first choice and its price as the reference;
     # then every attempt of this plan is a fallback.
     contract_reference: ContractReference | None = None
+    # Seconds the request may wait for capacity (its workload's deadline): endpoints the
+    # broker said will not have room sooner are left out of the plan (``capacity``).
+    deadline_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,9 @@ class Plan:
     # F5: the route's contract and the first attempt's effective price (a degrade's reference).
     contract: FallbackContract | None = None
     first_price: float = 0.0
+    # Every candidate is full past the request's deadline (``capacity``): nothing is planned;
+    # (the endpoint with room first, seconds until then).
+    capacity_refused: tuple[str, float] | None = None
 
     def contract_reference(self) -> ContractReference | None:
         """The reference a re-plan on another model keeps to (None: no contract to keep)."""
@@ -98,8 +105,13 @@ def plan_build(
     now: float,
     rng: random.Random,
     default_strategy: str = "routing_cost",
+    capacity: CapacityView | None = None,
 ) -> Plan:
-    """Plan a request over its model and fallback models (provider fallback first, G13/G14)."""
+    """Plan a request over its model and fallback models (provider fallback first, G13/G14).
+
+    ``capacity``: what admission last heard of each endpoint's room; the routing-cost
+    strategy adds its expected wait to the cost and leaves out endpoints full past the
+    request's deadline (``routing.core.capacity``)."""
     prefs = request.provider
     slugs = [request.model, *(m for m in request.models if m != request.model)]
     if len(slugs) > 1 and prefs.sort_partition == "none" and not prefs.order:
@@ -113,6 +125,7 @@ def plan_build(
     first: _ModelPart | None = None
     contract: FallbackContract | None = None
     strategy = default_strategy
+    full: tuple[str, float] | None = None
     for n, slug in enumerate(slugs):
         base, suffix_sort = model_suffix_split(slug)
         table = table_for(base, now)
@@ -120,7 +133,13 @@ def plan_build(
             refused.append((slug, "unknown_model"))
             continue
         model_strategy = strategy_choose(prefs, suffix_sort, request.tenant_sort, default_strategy)
-        part = _model_part(table, request, model_strategy, now, rng, sticky_allowed=n == 0)
+        part = _model_part(
+            table, request, model_strategy, now, rng, sticky_allowed=n == 0, capacity=capacity
+        )
+        if part.capacity_refused is not None and (
+            full is None or part.capacity_refused[1] < full[1]
+        ):
+            full = part.capacity_refused
         if first is None:
             first, strategy, contract = part, model_strategy, table.model.contract
         attempts.extend(table.endpoints[i] for i in part.order)
@@ -151,6 +170,7 @@ def plan_build(
         output_tokens=first.output_tokens if first else 0.0,
         capped=tuple(capped),
         cost_guard=first.cost_guard if first else None,
+        capacity_refused=full if not attempts else None,
     )
 
 
@@ -202,6 +222,7 @@ def _contract_hold(
 
 class _ModelPart:
     __slots__ = (
+        "capacity_refused",
         "capped",
         "cost_guard",
         "costs",
@@ -221,6 +242,7 @@ class _ModelPart:
         self.demoted: list[tuple[str, str]] = []
         self.capped: list[str] = []
         self.cost_guard: tuple[float, float] | None = None
+        self.capacity_refused: tuple[str, float] | None = None
         self.sticky = False
         self.sticky_reason = ""
         self.input_tokens = 0.0
@@ -235,6 +257,7 @@ def _model_part(
     rng: random.Random,
     *,
     sticky_allowed: bool,
+    capacity: CapacityView | None = None,
 ) -> _ModelPart:
     part = _ModelPart()
     checked = bool(request.features & CHECKED_FEATURES)
@@ -267,6 +290,10 @@ def _model_part(
     inv = table.inv_checked if checked else table.inv_plain
     ci, co, cc = table.coef_in, table.coef_out, table.coef_const
     costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
+    if strategy == "routing_cost" and capacity is not None and capacity.free_at:
+        cand, costs = _capacity(table, cand, costs, request, tokens_in, capacity, now, part)
+        if not cand:
+            return part
     part.costs = dict(zip(cand, costs, strict=True))
     if strategy == "routing_cost":
         # The cost guard's prices: this request's effective price per good answer (G3, G7/G8).
@@ -302,6 +329,34 @@ def _model_part(
         order = order[:1]
     part.order = order
     return part
+
+
+def _capacity(
+    table: ModelTable,
+    cand: list[int],
+    costs: list[float],
+    request: RoutingRequest,
+    tokens_in: float,
+    capacity: CapacityView,
+    now: float,
+    part: _ModelPart,
+) -> tuple[list[int], list[float]]:
+    """The candidates' routing costs with their expected wait for capacity, without those
+    full past the deadline (all of them: ``part.capacity_refused``), ``routing.core.capacity``."""
+    ids = [table.endpoints[i].id for i in cand]
+    waits = [capacity.wait(e, now, tokens_in) for e in ids]
+    if not any(waits):
+        return cand, costs
+    costs = capacity_costs(costs, waits, table.lam)
+    deadline_s = request.deadline_s
+    if deadline_s is None:
+        return cand, costs
+    keep, refused = capacity_refusal(ids, waits, deadline_s)
+    if len(keep) < len(cand):
+        kept = set(keep)
+        part.refused.extend((ids[k], "capacity_wait") for k in range(len(ids)) if k not in kept)
+    part.capacity_refused = refused
+    return [cand[k] for k in keep], [costs[k] for k in keep]
 
 
 def _routing_cost_order(
@@ -519,6 +574,9 @@ def plan_explanation(plan: Plan) -> str:
     if plan.cost_guard is not None:
         before, after = plan.cost_guard
         parts.append(f"cost_guard=bound({before:+.1%}->{after:+.1%})")  # headers are ASCII
+    if plan.capacity_refused is not None:
+        who, wait = plan.capacity_refused
+        parts.append(f"capacity_wait={who}:{wait:.3g}s")
     excluded = [*plan.refused, *plan.demoted]
     if excluded:
         parts.append("refused=" + ",".join(f"{who}:{why}" for who, why in excluded))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from routing.core.capacity import CapacityView
 from routing.core.catalogue import ModelConfig
 from routing.core.planner import Plan, RoutingRequest, plan_build
 from routing.core.stats import (
@@ -49,6 +50,9 @@ class Router:
         self._dirty: set[str] = set()
         self.models: dict[str, ModelConfig] = {}
         self._model_of: dict[str, ModelConfig] = {}
+        # What admission last heard of each endpoint's room (``routing.core.capacity``): its
+        # caller tells it with ``capacity.full`` / ``capacity.room``; this process's own view.
+        self.capacity = CapacityView()
         self.configure(models)
 
     def configure(self, models: Iterable[ModelConfig]) -> None:
@@ -77,7 +81,12 @@ class Router:
     def plan(self, request: RoutingRequest, now: float, rng: random.Random) -> Plan:
         """The ranked attempt plan for ``request`` at ``now`` (G1–G14)."""
         plan = plan_build(
-            request, self.table, now=now, rng=rng, default_strategy=self.default_strategy
+            request,
+            self.table,
+            now=now,
+            rng=rng,
+            default_strategy=self.default_strategy,
+            capacity=self.capacity,
         )
         for endpoint_id in plan.capped:  # the cap grows while it holds demand back (G10)
             model = self._model_of[endpoint_id]

@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from quotas.core.fairqueue import DEFAULT_BURST_TOKENS, Pumped, Queued, QueueReason, QueueRefusal
+from quotas.core.fairqueue import (
+    DEFAULT_BURST_TOKENS,
+    Pumped,
+    Queued,
+    QueueReason,
+    QueueRefusal,
+    refusal_floor,
+)
 from quotas.core.jitter import jittered, pause_spread
 from quotas.core.keys import record_key
 from quotas.core.learned import asked_of, refusal_unexplained
@@ -30,6 +37,7 @@ from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.queue import IDLE_PUMP_GAP, MAX_JITTER
 from quotas.store.memory import MemoryReservationStore
+from routing.core.capacity import CapacityView
 from simulator.model import LimitStatus
 from simulator.switchback.loop import EventLoop
 from simulator.switchback.traffic import SimRequest
@@ -74,8 +82,12 @@ class SimAdmission:
         granted: Callable[[SimRequest, Route, Grant | None], None],
         refused: Callable[[SimRequest], None],
         broker_refused: Callable[[SimRequest, Route], None],
+        capacity: CapacityView | None = None,
     ) -> None:
         self.loop, self.store, self.workload, self.rng = loop, store, workload, rng
+        # The router's view of where capacity is left, told what every fast try heard
+        # (as gateway.admission tells the live router's).
+        self.capacity = capacity
         self.queue = QueueBook(store.book)
         self.granted, self.refused, self.broker_refused = granted, refused, broker_refused
         depth = workload.max_queue_depth
@@ -99,9 +111,14 @@ class SimAdmission:
                 return
             result = self._enter(request, route, deadline, wait=False, now=now)
             if isinstance(result, Grant):
+                if self.capacity is not None:
+                    self.capacity.room(route.endpoint.id)
                 self.granted(request, route, result)
                 return
             assert isinstance(result, QueueRefusal)
+            if self.capacity is not None:
+                floor = refusal_floor(result, route.buckets, now)
+                self.capacity.full(route.endpoint.id, floor, now, float(request.input_tokens))
             if result.reason is not QueueReason.DEADLINE:
                 self.broker_refused(request, route)
             if result.reason is Reason.UNSATISFIABLE:

@@ -75,6 +75,7 @@ class SimGateway:
             granted=self._dispatch,
             refused=lambda request: self._end(request, CAPACITY),
             broker_refused=self._broker_refused,
+            capacity=router.capacity,
         )
 
     # -- arrival and plan ---------------------------------------------------------------
@@ -95,6 +96,7 @@ class SimGateway:
                 features=TOOL_FEATURES if request.tools else PLAIN_FEATURES,
                 provider=prefs,
                 sticky=conversation.sticky if conversation is not None else None,
+                deadline_s=self.workload.deadline_s,
             ),
             now,
             self.rng,
@@ -102,7 +104,8 @@ class SimGateway:
         routes = self.routes
         request.candidates = [routes[e.id] for e in plan.attempts]
         if not request.candidates:
-            self._end(request, UNROUTABLE)
+            # Every candidate full past the deadline: refused before any broker call.
+            self._end(request, CAPACITY if plan.capacity_refused else UNROUTABLE)
             return
         self.admission.admit(request)
 

@@ -89,6 +89,20 @@ MARKET = {
             },
         },
         {
+            # Two requests a minute, the same limit as the gateway's: the third waits 30 s.
+            "name": "kappa",
+            "port": 9207,
+            "protocol": "openai",
+            "limits": {"requests_per_minute": 2},
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 10, "p95": 20},
+                    "tokens_per_s": {"median": 2000, "p05": 1000},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
             "name": "zeta",
             "port": 9203,
             "protocol": "openai",
@@ -178,6 +192,13 @@ CONFIG = {
             ],
         },
         {
+            "name": "kappa",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9207/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            "limits": [{"dimension": "requests", "capacity": 2, "per": "1m"}],
+        },
+        {
             "name": "zeta",
             "protocol": "openai",
             "base_url": "http://127.0.0.1:9203/v1",
@@ -194,6 +215,7 @@ CONFIG = {
         {"slug": "broker/eta", "endpoints": [_endpoint("eta")]},
         {"slug": "broker/theta", "endpoints": [_endpoint("theta")]},
         {"slug": "broker/iota", "endpoints": [_endpoint("iota")]},
+        {"slug": "broker/kappa", "endpoints": [_endpoint("kappa")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
     ],
     "workload_classes": [
@@ -651,3 +673,34 @@ def test_it_refuses_at_once_whom_its_own_line_keeps_past_the_deadline(broker_sta
     assert all(int(r.headers["Retry-After"]) >= 1 for r in at_once)
     # No provider saw them: a client may retry after Retry-After.
     assert {r.headers["x-should-retry"] for r in at_once} == {"true"}
+
+
+def test_it_refuses_before_any_broker_call_when_every_candidate_is_full_past_the_deadline(
+    broker_stack,
+):
+    """Issue 17 item 3: kappa takes two requests a minute. The third is refused by the broker
+    (its next fit is 30 s away, past the 3 s deadline), and the router hears when kappa fits
+    again from that answer; the fourth is refused by the plan itself, on those grounds, naming
+    the endpoint and when it has room, without a broker call or a provider call."""
+    before = sim_stats(broker_stack, "kappa")
+
+    async def one_after_another():
+        async with httpx.AsyncClient(timeout=30) as client:
+            return [
+                await _post(client, broker_stack, KEYS["two"], _payload("broker/kappa"))
+                for _ in range(4)
+            ]
+
+    results = asyncio.run(one_after_another())
+
+    statuses = [r.status_code for r, _ in results]
+    assert statuses == [200, 200, 429, 429], statuses
+    third, fourth = results[2][0], results[3][0]
+    assert third.headers["x-switchyard-reason"] == "deadline_unreachable"
+    assert fourth.headers["x-switchyard-reason"] == "capacity_wait"
+    message = fourth.json()["error"]["message"]
+    assert "every endpoint that can serve it is full past its deadline" in message
+    assert "'broker/kappa@kappa'" in message
+    assert 20 <= int(fourth.headers["Retry-After"]) <= 31
+    assert fourth.headers["x-should-retry"] == "true"
+    assert sim_stats(broker_stack, "kappa")["requests"] - before["requests"] == 2
