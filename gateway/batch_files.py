@@ -116,7 +116,7 @@ def _line_parse(number: int, raw: str) -> BatchLine:
     if data.get("method") != "POST":
         raise _bad(number, "method must be 'POST'.", "invalid_method")
     url = data.get("url")
-    if url not in BATCH_DOORS:
+    if not isinstance(url, str) or url not in BATCH_DOORS:  # a list is unhashable
         raise _bad(
             number, f"url must be one of {', '.join(BATCH_DOORS)} (got {url!r}).", "invalid_url"
         )

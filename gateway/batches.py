@@ -14,6 +14,7 @@ batch's last status.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from typing import Any
 
@@ -31,6 +32,8 @@ from gateway.models import Job
 from tenants.identity import Principal
 
 COMPLETION_WINDOWS = {"24h": dt.timedelta(hours=24)}
+FILE_ID = re.compile(r"file-[A-Za-z0-9]{1,32}")
+BATCH_ID = re.compile(r"batch_[A-Za-z0-9]{1,32}")
 MAX_METADATA = 16  # pairs, keys up to 64 and values up to 512 characters (OpenAI's)
 LIST_LIMIT = (1, 100, 20)  # smallest, largest, default ``limit`` of GET /v1/batches
 OPEN = (
@@ -62,21 +65,25 @@ def batch_create(
     metadata: Any,
     now: dt.datetime,
 ) -> Batch:
-    if endpoint not in BATCH_DOORS:
+    # A JSON list or object is no endpoint (and cannot be looked up: unhashable).
+    if not isinstance(endpoint, str) or endpoint not in BATCH_DOORS:
         raise InvalidRequest(
             f"endpoint must be one of {', '.join(BATCH_DOORS)} (got {endpoint!r}).",
             param="endpoint",
             code="invalid_value",
         )
-    if completion_window not in COMPLETION_WINDOWS:
+    if not isinstance(completion_window, str) or completion_window not in COMPLETION_WINDOWS:
         raise InvalidRequest(
             f"completion_window must be one of {', '.join(COMPLETION_WINDOWS)}.",
             param="completion_window",
             code="invalid_value",
         )
     _metadata_check(metadata)
-    if not isinstance(input_file_id, str) or not input_file_id:
-        raise InvalidRequest("input_file_id must name a file.", param="input_file_id")
+    if not isinstance(input_file_id, str) or not FILE_ID.fullmatch(input_file_id):
+        raise InvalidRequest(
+            "input_file_id must name a file (file-…, as POST /v1/files answered).",
+            param="input_file_id",
+        )
     file = (
         BatchFile.objects.filter(pk=input_file_id, tenant_id=principal.tenant_id)
         .only("id", "purpose")

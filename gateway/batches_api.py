@@ -7,7 +7,6 @@ another tenant's included — is the same 404.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.http import HttpResponse
@@ -25,8 +24,6 @@ from gateway.authentication import principal_of
 from gateway.errors import InvalidRequest
 
 # The forms of the ids; anything else (a NUL, which PostgreSQL cannot compare) is a 400.
-FILE_ID = re.compile(r"file-[A-Za-z0-9]{1,32}")
-BATCH_ID = re.compile(r"batch_[A-Za-z0-9]{1,32}")
 
 
 class AnyAccept(BaseContentNegotiation):
@@ -134,13 +131,13 @@ class BatchCancel(_BatchView):
 
 
 def _file_id(value: str) -> str:
-    if not FILE_ID.fullmatch(value):
+    if not batches.FILE_ID.fullmatch(value):
         raise InvalidRequest("Pass the id of a file: /v1/files/file-…", param="file_id")
     return value
 
 
 def _batch_id(value: str, param: str = "batch_id") -> str:
-    if not BATCH_ID.fullmatch(value):
+    if not batches.BATCH_ID.fullmatch(value):
         raise InvalidRequest("Pass the id of a batch: batch_…", param=param)
     return value
 

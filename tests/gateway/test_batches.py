@@ -90,6 +90,7 @@ def test_it_stores_a_good_file_and_shows_it_to_its_tenant_only(personas: Persona
         (jsonl(b"[1, 2]"), "invalid_json_line", "Line 1"),
         (jsonl(line("a", method="GET")), "invalid_method", "Line 1"),
         (jsonl(line("a", url="/v1/completions")), "invalid_url", "Line 1"),
+        (jsonl(line("a", url=["/v1/chat/completions"])), "invalid_url", "Line 1"),
         (jsonl(line("a", body="hi")), "invalid_body", "Line 1"),
         (jsonl(line("a", body={"messages": []})), "invalid_body", "Line 1"),
         (jsonl(line("a", body={"model": "m", "stream": True})), "invalid_body", "Line 1"),
@@ -156,6 +157,10 @@ def test_it_creates_a_batch_in_openais_shape(personas: Personas) -> None:
         ({"metadata": {"k": 1}}, "metadata"),
         ({"metadata": {str(n): "v" for n in range(17)}}, "metadata"),
         ({"input_file_id": 7}, "input_file_id"),
+        # found by schemathesis: each was a 500 (unhashable lookups, a NUL PostgreSQL refuses)
+        ({"endpoint": ["/v1/chat/completions"]}, "endpoint"),
+        ({"completion_window": ["24h"]}, "completion_window"),
+        ({"input_file_id": "file-\u0000abc"}, "input_file_id"),
     ],
 )
 def test_it_refuses_a_bad_batch_naming_the_field(
