@@ -15,7 +15,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
 from common.faultlog import faults
-from gateway import idempotency
+from gateway import idempotency, ledger
 from gateway.admission import Admitted
 from gateway.call import Call
 from gateway.dispatch import Attempt
@@ -161,6 +161,7 @@ def answer_stream(
             finish_reason=end.finish_reason,
             cancelled=end.status == 499,
         )
+        await ledger.ledger_committed()  # before the stream closes (I2)
         if end.status == 200:
             await idempotency.remember(call, 200, b"", {})
         else:  # broken or left mid-stream: nothing whole was delivered

@@ -11,6 +11,13 @@ about 530 bytes, for some 30 µs of CPU): the ledger was most of what a request 
 ``record_decode`` reads every earlier form too, so records queued by an older process (plain
 JSON, or deflated without the dictionary) are still stored.
 
+A record is in Redis before its answer is complete (I2: a worker killed a moment after
+answering loses no row): the proxy awaits ``ledger_committed`` before it returns an answer, and
+a stream's ending awaits it before the stream closes. That is a group commit: an append starts
+at once when none is under way, and the answers that come while one is share the next, so at
+high concurrency many answers take one round trip. LEDGER_COMMIT=false turns it off (records then
+wait up to LEDGER_BATCH_SECONDS, and a killed worker loses those).
+
 Records appended are not yet stored: a Redis that restarts empty loses them. So each process
 keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second) and, in the same
 round trip as each append, reads the ledger's birth mark: a mark it has not seen before means
@@ -94,9 +101,13 @@ class LedgerBuffer:
         self.born: bytes | None = None  # the ledger's birth mark when this process last looked
         self._flusher: asyncio.Task[None] | None = None
         self._watching = False  # the flusher sleeps only to look for a lost Redis
+        self._added = 0  # records added by this process, and of them, appended to Redis
+        self._appended = 0
+        self._committing: asyncio.Future[None] | None = None
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record_encode(record))
+        self._added += 1
         if self._flusher is not None and not self._flusher.done():
             if not self._watching:
                 return  # a flush is due soon, or under way: it takes this record too
@@ -104,11 +115,28 @@ class LedgerBuffer:
         self._watching = False
         self._flusher = asyncio.create_task(self._flush_soon(settings.LEDGER_BATCH_SECONDS))
 
+    async def committed(self) -> None:
+        """Return once every record added so far is in Redis, or an append failed (Redis away:
+        they stay gathered, and the next flush takes them)."""
+        target = self._added
+        loop = asyncio.get_running_loop()
+        while self._appended < target:
+            committing = self._committing
+            if committing is None or committing.done() or committing.get_loop() is not loop:
+                committing = self._committing = asyncio.ensure_future(self.flush(time.monotonic()))
+            try:
+                # Shielded: an answer whose client leaves does not cancel the others' append.
+                await asyncio.shield(committing)
+            except Exception:
+                faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
+                return
+
     async def _flush_soon(self, delay: float) -> None:
         await asyncio.sleep(delay)
-        self._watching = False
+        watching, self._watching = self._watching, False
         try:
-            await self.flush(time.monotonic())
+            if self.records or watching:  # a commit may have appended them meanwhile
+                await self.flush(time.monotonic())
         except Exception:
             faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
         if self.records:
@@ -138,6 +166,7 @@ class LedgerBuffer:
             raise
         if batch:
             self.appended.append((now, batch))
+            self._appended += len(batch)
 
     async def drain(self) -> None:
         """Append what is left (the process is shutting down)."""
@@ -164,6 +193,12 @@ _buffer = LedgerBuffer()
 
 async def ledger_drain() -> None:
     await _buffer.drain()
+
+
+async def ledger_committed() -> None:
+    """Wait until the records gathered so far are in Redis (see the module doc)."""
+    if settings.LEDGER_COMMIT:
+        await _buffer.committed()
 
 
 def ledger_record_later(kind: str, record: dict[str, Any]) -> None:

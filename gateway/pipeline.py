@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from redis.exceptions import RedisError
 
 from common.faultlog import faults
-from gateway import idempotency, jobs, metrics, sent_pins
+from gateway import idempotency, jobs, ledger, metrics, sent_pins
 from gateway.admission import Admitted, admit, attempt_label, capacity_wait_refusal
 from gateway.answers import answer_complete, answer_stream, grant_abandoned, grant_owned
 from gateway.call import DEFAULT_WORKLOAD, Call
@@ -125,7 +125,11 @@ async def serve(request: HttpRequest, door: Door) -> HttpResponse | StreamingHtt
             )
         return response
 
-    return await _guarded(call, steps())
+    answer = await _guarded(call, steps())
+    if not isinstance(answer, StreamingHttpResponse) and call.reason != "broker_unavailable":
+        # I2: an answer the client holds has its ledger row in Redis (a stream: at its end).
+        await ledger.ledger_committed()
+    return answer
 
 
 async def job_attempt(

@@ -170,6 +170,8 @@ CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_PREFIX}-celery"
 LEDGER_FLUSH_INTERVAL = env_float("LEDGER_FLUSH_INTERVAL", 1.0)
 # How long a gateway process gathers ledger records before appending them in one call.
 LEDGER_BATCH_SECONDS = env_float("LEDGER_BATCH_SECONDS", 0.05)
+# An answer waits until its ledger records are in Redis (group commit; gateway/ledger.py).
+LEDGER_COMMIT = env_bool("LEDGER_COMMIT", True)
 # How long a gateway process keeps the records it appended, to append them again should Redis
 # restart empty before the flush stored them (they are stored by id: a record twice is one row).
 LEDGER_RETAIN_SECONDS = env_float("LEDGER_RETAIN_SECONDS", 15.0)

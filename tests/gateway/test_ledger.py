@@ -175,3 +175,74 @@ def test_records_go_to_redis_deflated_and_earlier_forms_are_still_stored(
     assert ledger_flush() == 3
     stored = sorted(Generation.objects.values_list("id", flat=True))
     assert stored == ["gen-deflated", "gen-deflated-alone", "gen-plain"]
+
+
+def test_an_answer_waits_for_its_record_to_reach_redis_not_for_the_batch_time(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: object
+) -> None:
+    """I2: a worker killed right after answering has already appended the answer's record."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    settings.LEDGER_BATCH_SECONDS = 30.0  # type: ignore[attr-defined]
+    buffer = LedgerBuffer()
+
+    async def main() -> tuple[int, float]:
+        try:
+            buffer.add({"kind": "generation", **_generation("gen-a")})
+            started = time.monotonic()
+            await buffer.committed()
+            waited = time.monotonic() - started
+            return await sy_redis.async_client().llen(sy_redis.key("ledger")), waited
+        finally:
+            await sy_redis.async_client().aclose()
+
+    queued, waited = asyncio.run(main())
+
+    assert queued == 1
+    assert waited < 5.0  # not the 30 s batch time
+
+
+def test_answers_committing_together_share_appends(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: 50 answers at once take one append for the first and one for the rest."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    buffer = LedgerBuffer()
+
+    async def answer(ident: str) -> None:
+        buffer.add({"kind": "generation", **_generation(ident)})
+        await buffer.committed()
+
+    async def main() -> tuple[int, int]:
+        try:
+            client = sy_redis.async_client()
+            before = (await client.info("commandstats")).get("cmdstat_rpush", {}).get("calls", 0)
+            await asyncio.gather(*(answer(f"gen-{n}") for n in range(50)))
+            after = (await client.info("commandstats"))["cmdstat_rpush"]["calls"]
+            return await client.llen(sy_redis.key("ledger")), after - before
+        finally:
+            await sy_redis.async_client().aclose()
+
+    queued, appends = asyncio.run(main())
+
+    assert queued == 50
+    assert appends <= 2
+
+
+def test_an_answer_is_not_held_when_redis_is_away(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: object
+) -> None:
+    """The append fails; the record stays gathered for the next flush and the answer goes out."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]  # nothing listens
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    buffer = LedgerBuffer()
+
+    async def main() -> None:
+        try:
+            buffer.add({"kind": "generation", **_generation("gen-a")})
+            await asyncio.wait_for(buffer.committed(), timeout=5.0)
+        finally:
+            await sy_redis.async_client().aclose()
+
+    asyncio.run(main())
+
+    assert len(buffer.records) == 1
