@@ -23,6 +23,7 @@ from common import redis as gateway_redis
 from configfile.apply import config_load
 from gateway.models import Batch, BatchFile, Generation, Job
 from quotas.models import Bucket
+from tenants.identity import Principal
 from tenants.models import ApiKey, App, Team, Tenant, TenantMembership
 from tenants.scoping import membership_grant
 
@@ -173,3 +174,27 @@ def field_errors(answer: Any, field: str) -> str:
     errors = answer.context["adminform"].form.errors
     assert field in errors, errors
     return " ".join(errors[field])
+
+
+# acme's web key as the snapshot resolves it, for tests that need a caller without the database
+# (``dataclasses.replace`` it for another app, team or tenant).
+ACME_WEB = Principal(
+    key_id=1,
+    key_name="ci",
+    key_prefix="sk-sy-test-a",
+    app_id=11,
+    app_name="web",
+    environment="production",
+    team_id=5,
+    team_name="search",
+    tenant_id=3,
+    tenant_name="acme",
+    tenant_weight=1.0,
+    tenant_default_sort="",
+    partner_id=None,
+    partner_name=None,
+    workload="interactive",
+    allowed_models=None,
+    expires_at=None,
+    revoked=False,
+)

@@ -20,30 +20,11 @@ from gateway import idempotency
 from gateway.call import Call
 from gateway.errors import IdempotencyConflict, IdempotencyKeyReused, InvalidRequest
 from tenants.identity import Principal
-from tests.personas import redis_prefix_scope
+from tests.personas import ACME_WEB, redis_prefix_scope
 
 T = TypeVar("T")
 
-WEB = Principal(
-    key_id=1,
-    key_name="ci",
-    key_prefix="sk-sy-test-a",
-    app_id=11,
-    app_name="web",
-    environment="production",
-    team_id=5,
-    team_name="search",
-    tenant_id=3,
-    tenant_name="acme",
-    tenant_weight=1.0,
-    tenant_default_sort="",
-    partner_id=None,
-    partner_name=None,
-    workload="interactive",
-    allowed_models=None,
-    expires_at=None,
-    revoked=False,
-)
+WEB = ACME_WEB
 INDEXER = dataclasses.replace(WEB, key_id=2, app_id=12, app_name="indexer")  # same team
 GLOBEX = dataclasses.replace(WEB, key_id=3, app_id=21, team_id=6, tenant_id=4, tenant_name="g")
 BODY = idempotency.body_digest(b'{"model": "acme/chat-small", "messages": []}')

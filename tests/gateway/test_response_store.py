@@ -13,29 +13,10 @@ from common import redis as sy_redis
 from gateway import ledger, response_store
 from gateway.ledger import ledger_drain, ledger_flush
 from gateway.models import StoredResponse
-from tenants.identity import Principal
 from tests.gateway.test_responses_door import HOW
+from tests.personas import ACME_WEB
 
-OWNER = Principal(
-    key_id=11,
-    key_name="k",
-    key_prefix="sk-sy-t",
-    app_id=21,
-    app_name="web",
-    environment="prod",
-    team_id=31,
-    team_name="t",
-    tenant_id=41,
-    tenant_name="acme",
-    tenant_weight=1.0,
-    tenant_default_sort="",
-    partner_id=None,
-    partner_name=None,
-    workload="",
-    allowed_models=None,
-    expires_at=None,
-    revoked=False,
-)
+OWNER = replace(ACME_WEB, workload="")
 OTHER_APP = replace(OWNER, key_id=12, app_id=22)
 CONVERSATION = [{"role": "user", "content": "hi\x00"}, {"role": "assistant", "content": "hello"}]
 
@@ -99,7 +80,11 @@ def test_a_saved_turn_is_found_at_once_and_then_in_postgresql_only_by_its_app(re
     ledger_flush()
     forget_hot_copy("resp_1")
     row = StoredResponse.objects.get(pk="resp_1")
-    assert (row.tenant_id, row.app_id, row.api_key_id) == (41, 21, 11)
+    assert (row.tenant_id, row.app_id, row.api_key_id) == (
+        OWNER.tenant_id,
+        OWNER.app_id,
+        OWNER.key_id,
+    )
     assert row.generation_id == HOW.call_id
     found = turn()
     assert found is not None and found.conversation[0]["content"] == "hi\ufffd"  # no NUL in PG
@@ -127,7 +112,9 @@ def test_with_redis_away_it_stores_the_row_at_once_and_says_when_that_failed(set
     try:
         assert save(drain=False) is True
         assert StoredResponse.objects.filter(pk="resp_1").exists()
-        assert save(drain=False) is False  # the same id again: the INSERT fails, the answer still goes out
+        assert (
+            save(drain=False) is False
+        )  # the same id again: the INSERT fails, the answer still goes out
     finally:
         sy_redis._async_client = None
         sy_redis.sync_client.cache_clear()

@@ -3,6 +3,7 @@ and the order of the provider-side scopes (D1). Pure parts, no Redis."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -20,7 +21,7 @@ from quotas.core.model import BucketSpec, Dimension, Grant, GrantPart, Rule, Usa
 from quotas.core.observed import LimitObservation, RateLimitInfo
 from quotas.snapshot import PROVIDER_SIDE, SCOPE_ORDER, QuotaSnapshot, ScopedBucket
 from routing.catalogue import CredentialEntry, EndpointEntry, ProviderEntry
-from tenants.identity import Principal
+from tests.personas import ACME_WEB
 
 KEYS = ["k1", "k2", "k3", "k4", "k5"]
 
@@ -107,26 +108,7 @@ def spec(name: str, scope: str, dimension: Dimension = Dimension.REQUESTS) -> Bu
     )
 
 
-PRINCIPAL = Principal(
-    key_id=1,
-    key_name="ci",
-    key_prefix="sk-sy-te",
-    app_id=2,
-    app_name="web",
-    environment="production",
-    team_id=3,
-    team_name="search",
-    tenant_id=4,
-    tenant_name="t",
-    tenant_weight=1.0,
-    tenant_default_sort="",
-    partner_id=None,
-    partner_name=None,
-    workload="",
-    allowed_models=None,
-    expires_at=None,
-    revoked=False,
-)
+PRINCIPAL = dataclasses.replace(ACME_WEB, tenant_id=4, tenant_name="t")
 KEY = CredentialEntry(id=7, name="key-1", api_key="sk-1", project_id=8)
 PROVIDER = ProviderEntry(
     id=9,
