@@ -91,6 +91,7 @@ class Batch(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        verbose_name_plural = "batches"
         indexes = [models.Index(fields=["tenant_id", "-created_at"], name="batch_tenant_recent")]
 
     def __str__(self) -> str:
