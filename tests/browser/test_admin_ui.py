@@ -9,6 +9,7 @@ an alias typed on a model's page serves the next request.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Callable
@@ -328,3 +329,83 @@ def test_staff_give_a_model_an_alias_and_clients_are_served_by_it(
     ).json()["data"]
     listed = {m["id"]: m.get("canonical_slug") for m in models}
     assert listed["my-chat"] == listed["gpt-4o-mini"] == "acme/chat-small"
+
+
+def test_staff_add_a_project_and_a_key_to_a_providers_pool_on_its_page(
+    ui_stack: Stack, browser: Browser, admin_password: str, screens: Screens
+) -> None:
+    """B2: the provider's page holds its projects and its key pool (inlines added by the
+    admin's JavaScript); a key saved there is listed under its project, its secret not shown."""
+    context = context_new(browser, ui_stack)
+    page = context.new_page()
+    problems = problems_watch(page)
+    sign_in(page, "admin", admin_password)
+    page.goto("/admin/routing/provider/?q=alpha")
+    page.click("#result_list tbody a >> text=alpha")
+
+    page.click("#projects-group .add-row a")
+    page.locator("#projects-group tr.dynamic-projects").last.locator("input[name$='-name']").fill(
+        "nightly-evals"
+    )
+    save(page, "_continue")
+
+    page.click("#credentials-group .add-row a")
+    row = page.locator("#credentials-group tr.dynamic-credentials").last
+    row.locator("input[name$='-name']").fill("evals-key")
+    row.locator("select[name$='-project']").select_option(label="alpha/nightly-evals")
+    row.locator("input[name$='-api_key']").fill("sk-alpha-evals-0001")
+    screens.shot(page, "19-provider-key-pool")
+    save(page)
+
+    page.goto("/admin/routing/credential/?q=evals-key")
+    listed = page.locator("#result_list").inner_text()
+    screens.shot(page, "20-provider-keys-listed")
+    assert "evals-key" in listed and "nightly-evals" in listed
+    assert "sk-alpha-evals-0001" not in page.content()
+    assert problems == []
+    context.close()
+
+
+def test_staff_see_a_tenants_batch_read_only(
+    ui_stack: Stack, browser: Browser, admin_password: str, screens: Screens
+) -> None:
+    """E5: a batch submitted through the API is listed in the admin, which cannot add one."""
+    auth = {"Authorization": f"Bearer {ACME_KEY}"}
+    line = {
+        "custom_id": "row-1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "acme/chat-small", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    uploaded = httpx.post(
+        f"{ui_stack.base_url}/v1/files",
+        headers=auth,
+        data={"purpose": "batch"},
+        files={"file": ("rows.jsonl", json.dumps(line).encode() + b"\n")},
+        timeout=30,
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    batch = httpx.post(
+        f"{ui_stack.base_url}/v1/batches",
+        headers=auth,
+        json={
+            "input_file_id": uploaded.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+        timeout=30,
+    )
+    assert batch.status_code == 200, batch.text
+
+    context = context_new(browser, ui_stack)
+    page = context.new_page()
+    problems = problems_watch(page)
+    sign_in(page, "admin", admin_password)
+    page.goto("/admin/gateway/batch/")
+    listed = page.locator("#result_list").inner_text()
+    screens.shot(page, "21-batches")
+    assert batch.json()["id"] in listed and "acme" in listed
+    assert "Batches" in page.locator(".breadcrumbs").inner_text()  # not Django's "Batchs"
+    assert page.locator("#content a.addlink").count() == 0  # the sidebar links aside
+    assert problems == []
+    context.close()
