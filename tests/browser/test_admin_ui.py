@@ -4,7 +4,8 @@ What only a browser sees: the pages are styled (light and dark) because the gate
 static files; the autocomplete fields work, since choosing a tenant, team, app, user or partner
 there needs the admin's JavaScript; a key's secret is shown once; a limit added in a form
 binds the next request; a tenant admin sees only their tenant; the saturation page draws a burst;
-an alias typed on a model's page serves the next request.
+an alias typed on a model's page serves the next request; a provider's projects and key pool
+are edited on its page; batches are shown, never added, in the admin.
 """
 
 from __future__ import annotations
