@@ -121,12 +121,15 @@ def test_it_admits_or_refuses_a_burst_by_each_deadline_and_never_beyond_capacity
         for r in refusals:
             assert r.reason in (QueueReason.DEADLINE, QueueReason.DEADLINE_UNREACHABLE), r
             assert r.retry_at >= r.at and r.queue_id, r
-        elapsed = max(g.created_at for g in grants) - start
-        assert 100 * len(grants) <= 1000 + 1000 * elapsed + 1e-6  # capacity + refill
+        if grants:
+            elapsed = max(g.created_at for g in grants) - start
+            assert 100 * len(grants) <= 1000 + 1000 * elapsed + 1e-6  # capacity + refill
         # And the refill was handed out: 100 tokens every 0.1 s over the first deadlines
-        # (0.3 s), less what a stalled event loop (lag) let pass unpumped.
-        refills = max(1, 3 - math.ceil(lag / 0.1))
-        assert len(grants) >= 10 + refills - 1, (len(grants), lag)
+        # (0.3 s), less what a stalled event loop (lag) let pass unpumped. A loop stalled past
+        # the first deadlines leaves nothing to check (CI once granted none: lag beyond 0.3 s).
+        if lag < 0.3:
+            refills = max(1, 3 - math.ceil(lag / 0.1))
+            assert len(grants) >= 10 + refills - 1, (len(grants), lag)
         assert await q.waiting() == 0
         await q.close()
 
