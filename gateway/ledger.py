@@ -119,24 +119,33 @@ class LedgerBuffer:
         """Return once every record added so far is in Redis, or an append failed (Redis away:
         they stay gathered, and the next flush takes them)."""
         target = self._added
-        loop = asyncio.get_running_loop()
         while self._appended < target:
-            committing = self._committing
-            if committing is None or committing.done() or committing.get_loop() is not loop:
-                committing = self._committing = asyncio.ensure_future(self.flush(time.monotonic()))
             try:
                 # Shielded: an answer whose client leaves does not cancel the others' append.
-                await asyncio.shield(committing)
+                await asyncio.shield(self._append_shared())
             except Exception:
                 faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
                 return
+
+    def _append_shared(self) -> asyncio.Future[None]:
+        """The append under way, or a new one: commits and the batch timer share it, so a
+        commit that comes while the timer's append holds its record waits for that one
+        instead of sending an empty append of its own."""
+        committing = self._committing
+        if (
+            committing is None
+            or committing.done()
+            or committing.get_loop() is not asyncio.get_running_loop()
+        ):
+            committing = self._committing = asyncio.ensure_future(self.flush(time.monotonic()))
+        return committing
 
     async def _flush_soon(self, delay: float) -> None:
         await asyncio.sleep(delay)
         watching, self._watching = self._watching, False
         try:
             if self.records or watching:  # a commit may have appended them meanwhile
-                await self.flush(time.monotonic())
+                await asyncio.shield(self._append_shared())
         except Exception:
             faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
         if self.records:
@@ -172,6 +181,9 @@ class LedgerBuffer:
         """Append what is left (the process is shutting down)."""
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
+        committing = self._committing
+        if committing is not None and not committing.done():
+            await committing  # the append under way (shielded from the cancel) lands first
         await self.flush(time.monotonic())
 
 
@@ -202,7 +214,8 @@ async def ledger_committed() -> None:
 
 
 def ledger_record_later(kind: str, record: dict[str, Any]) -> None:
-    """Queue one ledger record without making the response wait for Redis."""
+    """Queue one ledger record: it reaches Redis with the next append, which an answer waits
+    for in ``ledger_committed`` (not here)."""
     _buffer.add({"kind": kind, **record})
 
 

@@ -235,6 +235,39 @@ def test_answers_committing_together_share_appends(
     assert sum(appends) == 50 and len([n for n in appends if n]) <= 2, appends
 
 
+def test_an_answer_whose_record_the_batch_timer_took_waits_for_that_append(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: object
+) -> None:
+    """The timer's append and the commits share one append: no empty append of their own."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    settings.LEDGER_BATCH_SECONDS = 0.0  # type: ignore[attr-defined]
+    appends: list[int] = []
+    real_append = ledger._append
+
+    async def slow(batch: list[bytes]) -> bytes:
+        appends.append(len(batch))
+        await asyncio.sleep(0.2)  # the answer's commit comes while this append holds its record
+        return await real_append(batch)
+
+    monkeypatch.setattr(ledger, "_append", slow)
+    buffer = LedgerBuffer()
+
+    async def main() -> int:
+        try:
+            buffer.add({"kind": "generation", **_generation("gen-a")})
+            await asyncio.sleep(0.05)  # the timer's append has taken the record
+            assert appends == [1] and not buffer.records
+            await buffer.committed()
+            return await sy_redis.async_client().llen(sy_redis.key("ledger"))
+        finally:
+            await sy_redis.async_client().aclose()
+
+    queued = asyncio.run(main())
+
+    assert queued == 1
+    assert appends == [1]
+
+
 def test_an_answer_is_not_held_when_redis_is_away(
     redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: object
 ) -> None:
