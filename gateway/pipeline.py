@@ -54,6 +54,7 @@ from gateway.records import generation_record, reservation_record
 from gateway.responses import SHOULD_RETRY_HEADER, json_response, response_headers
 from gateway.snapshot import Snapshot
 from quotas.broker import Broker, broker_get, demand_usage
+from quotas.core.model import Reason
 from quotas.core.retry import Failure, Next, retry_decide
 from routing.catalogue import EndpointEntry, ModelEntry
 from routing.core.contracts import contract_refusal
@@ -164,7 +165,8 @@ async def job_attempt(
         try:
             response = await _respond(call, snapshot, canonical)
         except CapacityRefused as refused:
-            if last_try:
+            # Never admitted, however long it waits: the answer now, not at the deadline.
+            if last_try or refused.reason == Reason.UNSATISFIABLE.value:
                 raise
             return refused
         assert isinstance(response, HttpResponse)  # a job never streams

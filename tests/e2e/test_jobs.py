@@ -18,6 +18,7 @@ WEB_KEY = "sk-sy-test-acme-web-0001"  # acme/search/web: interactive (reject)
 BULK_KEY = "sk-sy-test-acme-bulk-0001"  # background, 2 requests per 10 s
 GLOBEX_KEY = "sk-sy-test-globex-0001"
 GLOBEX_NIGHTLY_KEY = "sk-sy-test-globex-nightly-01"  # globex/default/nightly: background
+TINY_KEY = "sk-sy-test-acme-tiny-0001"  # background, 20 input tokens a minute
 ASYNC = {"Prefer": "respond-async"}
 
 
@@ -35,6 +36,18 @@ def with_bulk_app(blackhole_port: int, closed_port: int):
                 "keys": [{"name": "ci", "secret": BULK_KEY}],
             }
         )
+        for name, limit, secret in (
+            ("tiny", {"dimension": "input_tokens", "capacity": 20, "per": "1m"}, TINY_KEY),
+        ):
+            config["tenants"][0]["teams"][0]["apps"].append(
+                {
+                    "name": name,
+                    "environment": "production",
+                    "default_workload": "background",
+                    "limits": [limit],
+                    "keys": [{"name": "ci", "secret": secret}],
+                }
+            )
         config["tenants"][1]["teams"][0]["apps"].append(
             {
                 "name": "nightly",
@@ -133,6 +146,30 @@ def test_it_keeps_jobs_in_line_while_capacity_is_short_not_their_connections(sta
     assert served_sibling["status"] == "succeeded"
     assert served_sibling["finished_at"] - served_sibling["created_at"] <= 3
     assert served_sibling["finished_at"] < served_at[-1]
+
+
+def refusal_rows(stack, generation_id):
+    return stack.sql(
+        "SELECT reason_code FROM quotas_reservation WHERE request_id = %s AND outcome = 'refused'",
+        generation_id,
+    )
+
+
+def test_it_fails_a_job_that_can_never_be_admitted_at_once_not_at_its_deadline(stack):
+    long_prompt = [{"role": "user", "content": "many words " * 100}]  # ~200 tokens > 20
+
+    accepted = submit(stack, key=TINY_KEY, messages=long_prompt)
+
+    assert accepted.status_code == 202, accepted.text
+    done = finished(stack, accepted.headers["location"], TINY_KEY, timeout=15)
+    assert (done["status"], done["tries"]) == ("failed", 1)  # its deadline is 30 min away
+    response = done["response"]
+    assert response["status_code"] == 429
+    assert response["headers"]["x-switchyard-reason"] == "unsatisfiable"
+    assert "can never be admitted" in response["body"]["error"]["message"]
+    wait_until(lambda: refusal_rows(stack, done["generation_id"]), timeout=15, what="its row")
+    [(reason,)] = refusal_rows(stack, done["generation_id"])
+    assert reason.startswith("unsatisfiable:")
 
 
 def test_it_answers_a_repeated_submission_with_the_same_job(stack):
