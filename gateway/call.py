@@ -56,6 +56,8 @@ class Call:
     demand: Demand | None = None  # what it was estimated to take (C2)
     admissions: int = 0  # reservations asked for (each has its own id)
     run: int = 0  # a deferred job's run (its tries): a re-run never reuses a dead run's ids
+    # A deferred job's try that, refused for capacity, waits and tries again (not its last).
+    retried_later: bool = False
     bucket_states: list[BucketState] = field(default_factory=list)  # tenant side, for H1
     binding_bucket: str = ""  # public name of the bucket that refused (H1)
     shadow_refusals: list[str] = field(default_factory=list)  # trial limits that would refuse

@@ -147,6 +147,7 @@ async def job_attempt(
     call = Call(id=job.generation_id, created=job.created_at.timestamp(), run=job.tries, door=door)
     seen(call)
     call.upstream_key = job.id
+    call.retried_later = not last_try
 
     async def run() -> HttpResponse | CapacityRefused:
         snapshot = await snapshot_current()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway import ledger, metrics
 from gateway.call import Call
 from gateway.providers.base import Usage
-from quotas.core.model import Grant, ReconcileResult, Refusal
+from quotas.core.model import Grant, Reason, ReconcileResult, Refusal
 from routing.catalogue import EndpointEntry
 
 
@@ -175,6 +175,11 @@ def refusal_record(call: Call, refusal: Refusal) -> None:
     principal = call.principal
     metrics.child(metrics.REFUSALS, refusal.bucket, refusal.reason.value).inc()
     if principal is None or call.demand is None:
+        return
+    if call.retried_later and refusal.reason is not Reason.UNSATISFIABLE:
+        # A deferred job's try that waits and comes back is no row of its own: a 10,000-line
+        # batch on a busy pool would write tens of thousands. The metric above counts it,
+        # the job its tries; its last try's refusal is the row.
         return
     ledger.ledger_record_later(
         "reservation",

@@ -19,6 +19,7 @@ BULK_KEY = "sk-sy-test-acme-bulk-0001"  # background, 2 requests per 10 s
 GLOBEX_KEY = "sk-sy-test-globex-0001"
 GLOBEX_NIGHTLY_KEY = "sk-sy-test-globex-nightly-01"  # globex/default/nightly: background
 TINY_KEY = "sk-sy-test-acme-tiny-0001"  # background, 20 input tokens a minute
+SLOW_KEY = "sk-sy-test-acme-slow-0001"  # background, 1 request per 25 s (a try lasts 20 s)
 ASYNC = {"Prefer": "respond-async"}
 
 
@@ -38,6 +39,7 @@ def with_bulk_app(blackhole_port: int, closed_port: int):
         )
         for name, limit, secret in (
             ("tiny", {"dimension": "input_tokens", "capacity": 20, "per": "1m"}, TINY_KEY),
+            ("slow", {"dimension": "requests", "capacity": 1, "per": "25s"}, SLOW_KEY),
         ):
             config["tenants"][0]["teams"][0]["apps"].append(
                 {
@@ -170,6 +172,20 @@ def test_it_fails_a_job_that_can_never_be_admitted_at_once_not_at_its_deadline(s
     wait_until(lambda: refusal_rows(stack, done["generation_id"]), timeout=15, what="its row")
     [(reason,)] = refusal_rows(stack, done["generation_id"])
     assert reason.startswith("unsatisfiable:")
+
+
+def test_a_job_refused_for_a_try_and_served_later_leaves_no_refusal_row_per_try(stack):
+    first = submit(stack, key=SLOW_KEY)
+    second = submit(stack, key=SLOW_KEY)  # no room within its 20 s try: refused, waits, retries
+
+    done = [finished(stack, a.headers["location"], SLOW_KEY, timeout=60) for a in (first, second)]
+
+    assert [d["status"] for d in done] == ["succeeded"] * 2
+    assert max(d["tries"] for d in done) >= 2  # one of them was refused for a try
+    served = {d["generation_id"] for d in done}
+    kept = "SELECT count(*) FROM quotas_reservation WHERE request_id = ANY(%s) AND outcome <> %s"
+    wait_until(lambda: stack.sql(kept, list(served), "refused") == [(2,)], timeout=15, what="rows")
+    assert [refusal_rows(stack, g) for g in served] == [[], []]
 
 
 def test_it_answers_a_repeated_submission_with_the_same_job(stack):
