@@ -93,13 +93,16 @@ FAILURES = {
 }
 
 
-async def serve(request: HttpRequest, door: Door) -> HttpResponse | StreamingHttpResponse:
-    """One request through its door: the answer, or its refusal in the door's envelope."""
+async def serve(
+    request: HttpRequest, door: Door, *, identified: Principal | None = None
+) -> HttpResponse | StreamingHttpResponse:
+    """One request through its door: the answer, or its refusal in the door's envelope.
+    ``identified``: the caller, when the door's intake has looked up the key already."""
     call = Call(door=door)
 
     async def steps() -> HttpResponse | StreamingHttpResponse:
         snapshot = await snapshot_current()
-        call.principal = principal_identify(snapshot, request, call.created)
+        call.principal = identified or principal_identify(snapshot, request, call.created)
         raw = raw_body(request)
         call.request = canonical = door.parse(raw, request.headers)
         call.model = _model(snapshot, call.principal, canonical.body, call=call)

@@ -47,7 +47,8 @@ async def embeddings(request: HttpRequest) -> HttpResponse | StreamingHttpRespon
 async def responses_create(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
-    return await pipeline.serve(request, await responses_intake.responses_door(request))
+    door = await responses_intake.responses_door(request)
+    return await pipeline.serve(request, door, identified=door.owner)
 
 
 async def models_list(request: HttpRequest) -> HttpResponse:
