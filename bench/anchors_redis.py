@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import subprocess
 import sys
 import time
@@ -34,6 +33,9 @@ from pathlib import Path
 
 import aiohttp
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.redis_counters import Stretch, sent_shares
 
 URL = "http://127.0.0.1:18100/v1/chat/completions"
 KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
@@ -46,7 +48,6 @@ MESSAGES = [
         "content": "Say hello and tell me one short fact about latency in distributed systems.",
     },
 ]
-OWN = ("info", "config|resetstat", "config", "monitor")  # this script's commands, not the gateway's
 
 
 def body(stream: bool) -> bytes:
@@ -92,25 +93,6 @@ def cpu_seconds(procstat: str, pid: int) -> float:
     return float(subprocess.check_output([sys.executable, procstat, "cpu", str(pid)]).split()[0])
 
 
-def outside_share(port: int, data: bytes, workdir: Path) -> dict[str, float]:
-    """Per command name: the share of its calls a client sent (MONITOR over 8 requests)."""
-    out = workdir / "monitor.txt"
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(["redis-cli", "-p", str(port), "monitor"], stdout=sink)
-        time.sleep(0.3)
-        asyncio.run(drive(data, 8, 1))
-        time.sleep(1.0)
-        proc.terminate()
-        proc.wait(timeout=10)
-    seen: dict[str, list[int]] = {}
-    for line in out.read_text(errors="replace").splitlines():
-        m = re.match(r'[\d.]+ \[\d+ ([^\]]*)\] "([^"]*)"', line)
-        if m:
-            inner_outer = seen.setdefault(m.group(2).lower(), [0, 0])
-            inner_outer[0 if m.group(1) == "lua" else 1] += 1
-    return {name: outer / (inner + outer) for name, (inner, outer) in seen.items()}
-
-
 def measure(
     client: redis.Redis,
     args,
@@ -124,23 +106,18 @@ def measure(
     data = body(stream)
     set_ttft(ttft_ms)
     asyncio.run(drive(data, 64, args.connections))  # warm: connections, scripts, snapshot
-    share = outside_share(args.redis_port, data, Path(args.workdir))
-    time.sleep(0.5)
-    client.config_resetstat()
-    cpu0, gw0, t0 = (
-        client.info("cpu"),
-        cpu_seconds(args.procstat, args.gateway_pid),
-        time.monotonic(),
+    sent = sent_shares(
+        args.redis_port, Path(args.workdir) / "monitor.txt", lambda: asyncio.run(drive(data, 8, 1))
     )
+    time.sleep(0.5)
+    stretch = Stretch(client)
+    gw0, t0 = cpu_seconds(args.procstat, args.gateway_pid), time.monotonic()
     errors = asyncio.run(drive(data, requests, args.connections, think))
     seconds = time.monotonic() - t0
     time.sleep(1.0)  # a settle still on its way
     gw1 = cpu_seconds(args.procstat, args.gateway_pid)
-    stats = {k.removeprefix("cmdstat_"): v for k, v in client.info("commandstats").items()}
-    cpu1, info = client.info("cpu"), client.info("stats")
-    for own in OWN:
-        stats.pop(own, None)
-    evalsha = stats.get("evalsha", {"calls": 0, "usec": 0})
+    counted = stretch.end()
+    evalsha = counted.evalsha
     return {
         "case": case,
         "upstream_ttft_ms": ttft_ms,
@@ -150,22 +127,17 @@ def measure(
         "connections": args.connections,
         "errors": errors,
         "seconds": round(seconds, 2),
-        "redis_usec_per_req": sum(
-            s["usec"] * share.get(n.split("|")[0], 1.0) for n, s in stats.items()
-        )
-        / requests,
-        "redis_cpu_us_per_req": sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
-        * 1e6
-        / requests,
-        "commands_per_req": sum(s["calls"] for s in stats.values()) / requests,
+        "redis_usec_per_req": counted.client_usec(sent) / requests,
+        "redis_cpu_us_per_req": counted.cpu_seconds * 1e6 / requests,
+        "commands_per_req": counted.calls / requests,
         "evalsha_per_req": evalsha["calls"] / requests,
         "usec_per_evalsha": evalsha["usec"] / evalsha["calls"] if evalsha["calls"] else 0.0,
-        "bytes_in_per_req": info["total_net_input_bytes"] / requests,
-        "bytes_out_per_req": info["total_net_output_bytes"] / requests,
+        "bytes_in_per_req": counted.bytes_in / requests,
+        "bytes_out_per_req": counted.bytes_out / requests,
         "gateway_cpu_ms_per_req": (gw1 - gw0) * 1000 / requests,
         "breakdown": {
             n: [s["calls"] / requests, s["usec"] / requests]
-            for n, s in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])
+            for n, s in sorted(counted.commands.items(), key=lambda kv: -kv[1]["calls"])
         },
     }
 

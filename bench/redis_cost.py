@@ -47,6 +47,7 @@ import redis  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.gateway_bench import KEY, MESSAGES, roomy_limits, unlimited_market  # noqa: E402
+from bench.redis_counters import Stretch, sent_shares  # noqa: E402
 from tests.stack import PostgresCluster, RedisServer, Stack  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "redis.md"
@@ -90,11 +91,6 @@ async def drive(url: str, body: dict, requests: int, connections: int) -> tuple[
         return errors, time.monotonic() - started
 
 
-def commandstats(client: redis.Redis) -> dict[str, dict[str, float]]:
-    raw = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): stats for name, stats in raw.items()}
-
-
 def measure(stack: Stack, client: redis.Redis, *, stream: bool, requests: int, connections: int):
     body: dict = {"model": "acme/chat-small", "messages": MESSAGES, "max_tokens": 16}
     if stream:
@@ -102,99 +98,48 @@ def measure(stack: Stack, client: redis.Redis, *, stream: bool, requests: int, c
     url = f"{stack.base_url}/v1/chat/completions"
     asyncio.run(drive(url, body, 32, connections))  # warm: connections, scripts, snapshot
     time.sleep(0.5)
-    # Which share of each command's calls comes from outside scripts (a MONITOR sample): a
-    # command run by a script is counted in commandstats and inside its EVALSHA's time too.
-    sample = monitor(stack, client.connection_pool.connection_kwargs["port"], stream=stream,
-                     requests=8)  # fmt: skip
-    outside: dict[str, list[int]] = {}
-    for in_script, words in sample:
-        if words:
-            seen = outside.setdefault(words[0].lower(), [0, 0])
-            seen[0 if in_script else 1] += 1
+    port = client.connection_pool.connection_kwargs["port"]
+    sent = sent_shares(
+        port, stack.workdir / "monitor.txt", lambda: asyncio.run(drive(url, body, 8, 1))
+    )
     time.sleep(0.5)
-    client.config_resetstat()
-    cpu0 = client.info("cpu")
+    stretch = Stretch(client)
     errors, seconds = asyncio.run(drive(url, body, requests, connections))
     time.sleep(1.0)  # the ledger's flush and any settle still on its way
-    stats = commandstats(client)
-    cpu1 = client.info("cpu")
-    info = client.info("stats")
-    # INFO and CONFIG of this script itself are not the gateway's
-    for own in ("info", "config|resetstat", "config"):
-        stats.pop(own, None)
-    cpu = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
-
-    def top_share(name: str) -> float:
-        inner, outer = outside.get(name.split("|")[0], [0, 1])
-        return outer / (inner + outer) if inner + outer else 1.0
-
-    top_usec = sum(s["usec"] * top_share(name) for name, s in stats.items())
-    calls = sum(s["calls"] for s in stats.values())
+    counted = stretch.end()
+    evalsha = counted.evalsha
     return {
         "stream": stream,
         "requests": requests,
         "errors": errors,
         "seconds": seconds,
-        "usec": top_usec / requests,
-        "cpu_us": cpu * 1e6 / requests,
-        "commands": calls / requests,
-        "evalsha": stats.get("evalsha", {}).get("calls", 0) / requests,
-        "evalsha_usec": stats.get("evalsha", {}).get("usec_per_call", 0.0),
-        "script_usec": stats.get("evalsha", {}).get("usec", 0) / requests,
-        "bytes_in": info["total_net_input_bytes"] / requests,
-        "bytes_out": info["total_net_output_bytes"] / requests,
+        "usec": counted.client_usec(sent) / requests,
+        "cpu_us": counted.cpu_seconds * 1e6 / requests,
+        "commands": counted.calls / requests,
+        "evalsha": evalsha["calls"] / requests,
+        "evalsha_usec": evalsha["usec_per_call"],
+        "script_usec": evalsha["usec"] / requests,
+        "bytes_in": counted.bytes_in / requests,
+        "bytes_out": counted.bytes_out / requests,
         "breakdown": {
             name: (s["calls"] / requests, s["usec"] / requests)
-            for name, s in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])
+            for name, s in sorted(counted.commands.items(), key=lambda kv: -kv[1]["calls"])
         },
     }
-
-
-def monitor(
-    stack: Stack, port: int, *, stream: bool, requests: int
-) -> list[tuple[bool, list[str]]]:
-    """Every command Redis ran for ``requests`` sequential requests (``redis-cli MONITOR``):
-    (inside a script?, the command's words)."""
-    body: dict = {"model": "acme/chat-small", "messages": MESSAGES, "max_tokens": 16}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    url = f"{stack.base_url}/v1/chat/completions"
-    out = stack.workdir / "monitor.txt"
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(["redis-cli", "-p", str(port), "monitor"], stdout=sink)
-        time.sleep(0.3)
-        asyncio.run(drive(url, body, requests, 1))
-        time.sleep(1.0)
-        proc.terminate()
-        proc.wait(timeout=10)
-    rows = []
-    for line in out.read_text(errors="replace").splitlines():
-        m = re.match(r"[\d.]+ \[\d+ ([^\]]*)\] (.*)", line)
-        if m:
-            quoted = re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))
-            words = [w.encode().decode("unicode_escape", "replace") for w in quoted]
-            rows.append((m.group(1) == "lua", words))
-    return rows
 
 
 def idle(client: redis.Redis, seconds: float) -> dict:
     """What the gateway costs Redis per second with no request in flight, just after traffic
     (heartbeats, polling, the ledger's watch for a lost Redis)."""
-    client.config_resetstat()
-    cpu0 = client.info("cpu")
+    stretch = Stretch(client)
     time.sleep(seconds)
-    stats = commandstats(client)
-    cpu1 = client.info("cpu")
-    info = client.info("stats")
-    for own in ("info", "config|resetstat", "config"):
-        stats.pop(own, None)
-    cpu = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
+    counted = stretch.end()
     return {
-        "commands": sum(s["calls"] for s in stats.values()) / seconds,
-        "evalsha": stats.get("evalsha", {}).get("calls", 0) / seconds,
-        "cpu_us": cpu * 1e6 / seconds,
-        "bytes_in": info["total_net_input_bytes"] / seconds,
-        "breakdown": {name: s["calls"] / seconds for name, s in stats.items()},
+        "commands": counted.calls / seconds,
+        "evalsha": counted.evalsha["calls"] / seconds,
+        "cpu_us": counted.cpu_seconds * 1e6 / seconds,
+        "bytes_in": counted.bytes_in / seconds,
+        "breakdown": {name: s["calls"] / seconds for name, s in counted.commands.items()},
     }
 
 

@@ -1,0 +1,88 @@
+"""Redis's own counters over a measured stretch, for ``bench/redis_cost.py`` and
+``bench/anchors_redis.py`` (one definition, so their figures sit side by side).
+
+A stretch starts with ``CONFIG RESETSTAT`` and ends reading ``INFO commandstats``, ``cpu`` and
+``stats``, less the harness's own commands. A command a script runs is counted in commandstats
+under its own name *and* inside its EVALSHA's usec, so Redis time per request sums each
+command's usec times the share of its calls a client sent (a MONITOR sample, ``sent_shares``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+HARNESS_COMMANDS = ("info", "config|resetstat", "config", "monitor")  # not the gateway's
+MONITOR_LINE = re.compile(r'[\d.]+ \[\d+ ([^\]]*)\] "([^"]*)"')
+
+
+@dataclass(frozen=True)
+class Counters:
+    commands: dict[str, dict[str, float]]  # name → calls, usec, usec_per_call, …
+    cpu_seconds: float  # used_cpu_user + used_cpu_sys: its event loop included, an upper bound
+    bytes_in: int  # total_net_input_bytes: everything the clients sent
+    bytes_out: int
+
+    @property
+    def calls(self) -> float:
+        """Every command's calls, those inside scripts included."""
+        return sum(s["calls"] for s in self.commands.values())
+
+    @property
+    def evalsha(self) -> dict[str, float]:
+        return self.commands.get("evalsha", {"calls": 0, "usec": 0, "usec_per_call": 0.0})
+
+    def client_usec(self, sent: Mapping[str, float]) -> float:
+        """Redis time of the commands clients sent (``sent``: see ``sent_shares``; a command
+        the sample did not see counts whole)."""
+        return sum(s["usec"] * sent.get(n.split("|")[0], 1.0) for n, s in self.commands.items())
+
+
+class Stretch:
+    """Counters from now (``CONFIG RESETSTAT``) until ``end()``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        client.config_resetstat()
+        self._cpu = _cpu_seconds(client)
+
+    def end(self) -> Counters:
+        raw = self.client.info("commandstats")
+        commands = {name.removeprefix("cmdstat_"): stats for name, stats in raw.items()}
+        for own in HARNESS_COMMANDS:
+            commands.pop(own, None)
+        cpu = _cpu_seconds(self.client) - self._cpu
+        stats = self.client.info("stats")
+        return Counters(
+            commands, cpu, stats["total_net_input_bytes"], stats["total_net_output_bytes"]
+        )
+
+
+def sent_shares(port: int, out: Path, drive: Callable[[], object]) -> dict[str, float]:
+    """Per command name, the share of its calls a client sent rather than a script ran, from
+    ``redis-cli MONITOR`` while ``drive()`` sends a few requests."""
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(["redis-cli", "-p", str(port), "monitor"], stdout=sink)
+        time.sleep(0.3)
+        drive()
+        time.sleep(1.0)
+        proc.terminate()
+        proc.wait(timeout=10)
+    seen: dict[str, list[int]] = {}
+    for line in out.read_text(errors="replace").splitlines():
+        m = MONITOR_LINE.match(line)
+        if m:
+            inner_sent = seen.setdefault(m.group(2).lower(), [0, 0])
+            inner_sent[0 if m.group(1) == "lua" else 1] += 1
+    return {name: sent / (inner + sent) for name, (inner, sent) in seen.items()}
+
+
+def _cpu_seconds(client: redis.Redis) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
