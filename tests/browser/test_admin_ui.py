@@ -406,6 +406,11 @@ def test_staff_see_a_tenants_batch_read_only(
     listed = page.locator("#result_list").inner_text()
     screens.shot(page, "21-batches")
     assert batch.json()["id"] in listed and "acme" in listed
+    assert re.search(r"\b[01] / 1\b", listed), listed  # lines done of its one line
+    # Where it stands is in view without scrolling the table (the long id may need it).
+    box = page.locator("#changelist .results").bounding_box()
+    done = page.locator("#result_list th.column-progress").bounding_box()
+    assert box and done and done["x"] + done["width"] <= box["x"] + box["width"]
     assert "Batches" in page.locator(".breadcrumbs").inner_text()  # not Django's "Batchs"
     assert page.locator("#content a.addlink").count() == 0  # the sidebar links aside
     assert problems == []
