@@ -193,7 +193,8 @@ class Model(ConfigRules, models.Model):
         help_text=(
             "F5: what a fallback (any attempt after the first choice) may differ in, e.g. "
             '{"providers": ["alpha", "gamma"], "regions": "same", "max_price_ratio": 1.5, '
-            '"context": "same_or_larger", "features": "same"}. Empty: any difference.'
+            '"max_latency_ratio": 2, "context": "same_or_larger", "features": "same"}. '
+            "Empty: any difference."
         ),
     )
     is_active = models.BooleanField(default=True)

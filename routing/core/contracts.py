@@ -5,6 +5,10 @@ first choice goes to another endpoint — another provider, or a fallback model:
 may go to, data residency (region tags), a price ceiling relative to the first choice, the
 context window, and tool / response-format support. The planner never plans a fallback outside
 the contract, and a refusal names the clause that stopped it (``contract_breach``).
+
+Latency is compared as a price is: this request's expected seconds at the fallback (G4's wait,
+TTFT plus its output at the endpoint's measured speed) over those at the first choice, so an
+interactive route can say a fallback may be at most, say, 1.5 times slower.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ ANY = "any"
 SAME_OR_LARGER = "same_or_larger"
 # The features whose support a fallback may have to share with the first choice.
 CONTRACT_FEATURES = ("tools", "response_format")
-FIELDS = ("providers", "regions", "max_price_ratio", "context", "features")
+FIELDS = ("providers", "regions", "max_price_ratio", "max_latency_ratio", "context", "features")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,7 @@ class FallbackContract:
     same_region: bool = False  # the first choice's region tag, exactly
     regions: frozenset[str] | None = None  # None: any region tag
     max_price_ratio: float | None = None  # fallback's effective price / first choice's
+    max_latency_ratio: float | None = None  # fallback's expected seconds / first choice's
     context_same_or_larger: bool = False
     features_same: bool = False  # every tools / response_format support the first choice has
 
@@ -59,11 +64,15 @@ def contract_breach(
     first_price: float,
     candidate: Endpoint,
     candidate_price: float,
+    *,
+    first_wait: float = 0.0,
+    candidate_wait: float = 0.0,
 ) -> str | None:
     """The clause of ``contract`` that stops ``candidate`` as a fallback of ``first``, or None.
 
-    Prices are the request's effective price (USD) at each endpoint; the clause is written for
-    people and for an ASCII header, e.g. ``region eu != us``."""
+    Prices are the request's effective price (USD) at each endpoint, waits its expected
+    seconds there; the clause is written for people and for an ASCII header, e.g.
+    ``region eu != us``."""
     if contract.providers is not None and candidate.provider not in contract.providers:
         return f"provider {candidate.provider} not in [{', '.join(sorted(contract.providers))}]"
     if contract.same_region and candidate.region != first.region:
@@ -75,6 +84,10 @@ def contract_breach(
     if ratio is not None and candidate_price > first_price * ratio * (1.0 + 1e-9):
         actual = candidate_price / first_price if first_price > 0.0 else float("inf")
         return f"price ratio {actual:.3g} > {ratio:g}"
+    ratio = contract.max_latency_ratio
+    if ratio is not None and candidate_wait > first_wait * ratio * (1.0 + 1e-9):
+        actual = candidate_wait / first_wait if first_wait > 0.0 else float("inf")
+        return f"latency ratio {actual:.3g} > {ratio:g}"
     if contract.context_same_or_larger and candidate.context_window < first.context_window:
         return f"context window {candidate.context_window} < {first.context_window}"
     if contract.features_same:
@@ -114,11 +127,8 @@ def contract_parse(value: Any) -> FallbackContract:
         if not isinstance(given, list):
             raise ValueError(f"regions: must be 'same' or a list of region tags, got {given!r}")
         regions = frozenset(_names(given, "regions", allow_empty_tag=True))
-    ratio = value.get("max_price_ratio")
-    if ratio is not None:
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1.0:
-            raise ValueError(f"max_price_ratio: must be a number >= 1 (1.5 = +50 %), got {ratio!r}")
-        ratio = float(ratio)
+    ratio = _ratio(value, "max_price_ratio")
+    latency_ratio = _ratio(value, "max_latency_ratio")
     context = value.get("context", ANY)
     if context not in (ANY, SAME_OR_LARGER):
         raise ValueError(f"context: must be one of any, same_or_larger, got {context!r}")
@@ -130,9 +140,19 @@ def contract_parse(value: Any) -> FallbackContract:
         same_region=same_region,
         regions=regions,
         max_price_ratio=ratio,
+        max_latency_ratio=latency_ratio,
         context_same_or_larger=context == SAME_OR_LARGER,
         features_same=features == SAME,
     )
+
+
+def _ratio(value: dict[str, Any], field: str) -> float | None:
+    ratio = value.get(field)
+    if ratio is None:
+        return None
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not ratio >= 1.0:
+        raise ValueError(f"{field}: must be a number >= 1 (1.5 = +50 %), got {ratio!r}")
+    return float(ratio)
 
 
 def _names(value: Any, field: str, *, allow_empty_tag: bool = False) -> list[str]:

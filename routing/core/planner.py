@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from routing.core.capacity import CapacityView, capacity_costs, capacity_refusal
 from routing.core.catalogue import EndpointConfig
 from routing.core.contracts import FallbackContract, contract_breach
+from routing.core.cost import wait_seconds
 from routing.core.eligibility import candidates
 from routing.core.guards import cost_guard, fill
 from routing.core.legacy import price_only_order
@@ -60,6 +61,7 @@ class ContractReference:
     contract: FallbackContract
     first: EndpointConfig
     first_price: float
+    first_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +83,11 @@ class Plan:
     cost_guard: tuple[float, float] | None = None
     # F5: fallbacks the route's contract stopped, (endpoint id, clause); also in ``refused``.
     contract_refused: tuple[tuple[str, str], ...] = ()
-    # F5: the route's contract and the first attempt's effective price (a degrade's reference).
+    # F5: the route's contract and the first attempt's effective price and expected seconds
+    # (a degrade's reference).
     contract: FallbackContract | None = None
     first_price: float = 0.0
+    first_wait: float = 0.0
     # Every candidate is full past the request's deadline (``capacity``): nothing is planned;
     # (the endpoint with room first, seconds until then).
     capacity_refused: tuple[str, float] | None = None
@@ -92,7 +96,7 @@ class Plan:
         """The reference a re-plan on another model keeps to (None: no contract to keep)."""
         if self.contract is None or self.contract.open or not self.attempts:
             return None
-        return ContractReference(self.contract, self.attempts[0], self.first_price)
+        return ContractReference(self.contract, self.attempts[0], self.first_price, self.first_wait)
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
@@ -121,7 +125,7 @@ def plan_build(
     refused: list[tuple[str, str]] = []
     demoted: list[tuple[str, str]] = []
     capped: list[str] = []
-    prices: list[float] = []
+    terms: list[tuple[float, float]] = []
     first: _ModelPart | None = None
     contract: FallbackContract | None = None
     strategy = default_strategy
@@ -145,13 +149,13 @@ def plan_build(
         attempts.extend(table.endpoints[i] for i in part.order)
         costs.extend(part.costs[i] for i in part.order)
         if request.contract_reference is not None or (contract is not None and not contract.open):
-            prices.extend(_price(table, i, part) for i in part.order)  # only a contract reads them
+            terms.extend(_terms(table, i, part) for i in part.order)  # only a contract reads them
         refused.extend(part.refused)
         demoted.extend(part.demoted)
         capped.extend(part.capped)
     held = (
-        _contract_hold(contract, attempts, costs, prices, request.contract_reference)
-        if prices
+        _contract_hold(contract, attempts, costs, terms, request.contract_reference)
+        if terms
         else []
     )
     refused.extend((who, f"contract({clause})") for who, clause in held)
@@ -161,7 +165,8 @@ def plan_build(
         strategy=strategy,
         contract_refused=tuple(held),
         contract=_route_contract(contract, request),
-        first_price=prices[0] if prices else 0.0,
+        first_price=terms[0][0] if terms else 0.0,
+        first_wait=terms[0][1] if terms else 0.0,
         sticky=first.sticky if first else False,
         sticky_reason=first.sticky_reason if first else "",
         refused=tuple(refused),
@@ -174,10 +179,12 @@ def plan_build(
     )
 
 
-def _price(table: ModelTable, i: int, part: _ModelPart) -> float:
-    """The request's effective price at endpoint i (G3): what a contract's price ceiling reads."""
+def _terms(table: ModelTable, i: int, part: _ModelPart) -> tuple[float, float]:
+    """The request's effective price (G3) and expected seconds (G4) at endpoint i: what a
+    contract's price and latency ceilings read."""
     per_in, per_out = table.price_per_token(i)
-    return per_in * part.input_tokens + per_out * part.output_tokens
+    price = per_in * part.input_tokens + per_out * part.output_tokens
+    return price, wait_seconds(table.estimates[i], part.output_tokens)
 
 
 def _route_contract(
@@ -191,7 +198,7 @@ def _contract_hold(
     contract: FallbackContract | None,
     attempts: list[EndpointConfig],
     costs: list[float],
-    prices: list[float],
+    terms: list[tuple[float, float]],
     reference: ContractReference | None = None,
 ) -> list[tuple[str, str]]:
     """F5: drop (in place) every fallback the route's contract does not allow; returns each
@@ -200,15 +207,23 @@ def _contract_hold(
     (a degraded request), when every attempt here is a fallback."""
     if reference is not None:
         contract, start = reference.contract, 0
-        first, first_price = reference.first, reference.first_price
+        first, first_price, first_wait = (
+            reference.first,
+            reference.first_price,
+            reference.first_wait,
+        )
     elif contract is None or contract.open or len(attempts) < 2:
         return []
     else:
-        start, first, first_price = 1, attempts[0], prices[0]
+        start, first, (first_price, first_wait) = 1, attempts[0], terms[0]
     held: list[tuple[str, str]] = []
     keep = list(range(start))
     for k in range(start, len(attempts)):
-        clause = contract_breach(contract, first, first_price, attempts[k], prices[k])
+        price, wait = terms[k]
+        clause = contract_breach(
+            contract, first, first_price, attempts[k], price,
+            first_wait=first_wait, candidate_wait=wait,
+        )  # fmt: skip
         if clause is None:
             keep.append(k)
         else:
@@ -216,7 +231,7 @@ def _contract_hold(
     if held:
         attempts[:] = [attempts[k] for k in keep]
         costs[:] = [costs[k] for k in keep]
-        prices[:] = [prices[k] for k in keep]
+        terms[:] = [terms[k] for k in keep]
     return held
 
 
@@ -513,7 +528,7 @@ def _plan_unpartitioned(
     # sort.partition "none": the endpoints of all listed models are sorted together.
     prefs = request.provider
     sort = prefs.sort or "price"
-    keyed: list[tuple[bool, float, int, EndpointConfig, float, float]] = []
+    keyed: list[tuple[bool, float, int, EndpointConfig, float, tuple[float, float]]] = []
     refused: list[tuple[str, str]] = []
     first: _ModelPart | None = None
     contract: FallbackContract | None = None
@@ -538,15 +553,15 @@ def _plan_unpartitioned(
                     n,
                     table.endpoints[i],
                     part.costs[i],
-                    _price(table, i, part),
+                    _terms(table, i, part),
                 )
             )
     keyed.sort(key=lambda k: (k[0], k[1], k[2]))
     if not prefs.allow_fallbacks:
         keyed = keyed[:1]
     attempts, costs = [k[3] for k in keyed], [k[4] for k in keyed]
-    prices = [k[5] for k in keyed]
-    held = _contract_hold(contract, attempts, costs, prices, request.contract_reference)
+    terms = [k[5] for k in keyed]
+    held = _contract_hold(contract, attempts, costs, terms, request.contract_reference)
     refused.extend((who, f"contract({clause})") for who, clause in held)
     return Plan(
         attempts=tuple(attempts),
@@ -555,7 +570,8 @@ def _plan_unpartitioned(
         refused=tuple(refused),
         contract_refused=tuple(held),
         contract=_route_contract(contract, request),
-        first_price=prices[0] if prices else 0.0,
+        first_price=terms[0][0] if terms else 0.0,
+        first_wait=terms[0][1] if terms else 0.0,
         input_tokens=first.input_tokens if first else 0.0,
         output_tokens=first.output_tokens if first else 0.0,
     )

@@ -15,6 +15,7 @@ from routing.core import (
     plan_explanation,
 )
 from routing.core.contracts import OPEN, FallbackContract, contract_breach, contract_parse
+from routing.core.stats import Outcome
 
 US = EndpointConfig("m@alpha", "alpha", "m", 1.0, 0.1, 2.0, 131072, 8192, region="us")
 EU = EndpointConfig("m@beta", "beta", "m", 1.0, 0.1, 2.0, 131072, 8192, region="eu")
@@ -60,6 +61,15 @@ def test_price_ceiling_is_relative_to_the_first_choice():
     assert breach(contract, US_DEAR, first_price=0.002, price=0.006) == "price ratio 3 > 1.5"
 
 
+def test_latency_ceiling_is_relative_to_the_first_choices_expected_seconds():
+    contract = FallbackContract(max_latency_ratio=1.5)
+    assert contract_breach(contract, US, 1.0, EU, 1.0, first_wait=2.0, candidate_wait=3.0) is None
+    assert (
+        contract_breach(contract, US, 1.0, EU, 1.0, first_wait=2.0, candidate_wait=5.0)
+        == "latency ratio 2.5 > 1.5"
+    )
+
+
 def test_context_same_or_larger():
     contract = FallbackContract(context_same_or_larger=True)
     assert breach(contract, EU) is None
@@ -87,6 +97,7 @@ def test_parse_reads_every_clause():
             "providers": ["alpha", "gamma"],
             "regions": "same",
             "max_price_ratio": 1.5,
+            "max_latency_ratio": 2,
             "context": "same_or_larger",
             "features": "same",
         }
@@ -95,6 +106,7 @@ def test_parse_reads_every_clause():
         providers=frozenset({"alpha", "gamma"}),
         same_region=True,
         max_price_ratio=1.5,
+        max_latency_ratio=2.0,
         context_same_or_larger=True,
         features_same=True,
     )
@@ -114,6 +126,7 @@ def test_parse_reads_every_clause():
         ({"regions": "eu"}, "regions: must be 'same' or a list"),
         ({"max_price_ratio": 0.9}, "max_price_ratio: must be a number >= 1"),
         ({"max_price_ratio": True}, "max_price_ratio: must be a number >= 1"),
+        ({"max_latency_ratio": "2x"}, "max_latency_ratio: must be a number >= 1"),
         ({"context": "larger"}, "context: must be one of any, same_or_larger"),
         ({"features": "all"}, "features: must be one of any, same"),
     ],
@@ -151,6 +164,30 @@ def test_plan_drops_fallbacks_outside_the_contract_and_says_why():
     header = plan_explanation(result)
     assert "m@beta:contract(region eu != us)" in header
     assert "m@gamma:contract(price ratio 3 > 1.5)" in header
+
+
+def test_plan_drops_a_fallback_slower_than_the_latency_ceiling_by_its_measured_speed():
+    router = Router(
+        [ModelConfig("m", (US, EU, US_DEAR), contract=FallbackContract(max_latency_ratio=2))]
+    )
+    # Measured: alpha 0.5 s to the first token + 100 tokens at 100/s = 1.5 s for this request;
+    # beta 0.7 + 100/50 = 2.7 s (ratio 1.8: allowed); gamma 2.0 + 100/25 = 6.0 s (ratio 4).
+    speeds = {"alpha": (0.5, 100.0), "beta": (0.7, 50.0), "gamma": (2.0, 25.0)}
+    for k in range(2000):
+        for e in (US, EU, US_DEAR):
+            ttft, tps = speeds[e.provider]
+            answer = Outcome("ok", ttft + 100 / tps, ttft, input_tokens=1000, output_tokens=100)
+            router.observe(e.id, answer, k * 0.01)
+    request = RoutingRequest(
+        "m", input_tokens=1000, output_tokens=100, max_tokens=100, provider=ORDERED
+    )
+
+    result = router.plan(request, 20.0, random.Random(0))
+
+    assert [e.provider for e in result.attempts] == ["alpha", "beta"]
+    [(who, clause)] = result.contract_refused
+    assert (who, clause) == ("m@gamma", "latency ratio 3.99 > 2")  # the priors fade, not gone
+    assert result.first_wait == pytest.approx(1.5, rel=0.01)
 
 
 def test_plan_never_drops_the_first_choice():
