@@ -356,6 +356,8 @@ def test_staff_add_a_project_and_a_key_to_a_providers_pool_on_its_page(
     row.locator("select[name$='-project']").select_option(label="alpha/nightly-evals")
     row.locator("input[name$='-api_key']").fill("sk-alpha-evals-0001")
     screens.shot(page, "19-provider-key-pool")
+    # The limits inline (twelve columns) scrolls inside its box: the page fits the window.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     save(page)
 
     page.goto("/admin/routing/credential/?q=evals-key")
