@@ -19,7 +19,7 @@ BULK_KEY = "sk-sy-test-acme-bulk-0001"  # background, 2 requests per 10 s
 GLOBEX_KEY = "sk-sy-test-globex-0001"
 GLOBEX_NIGHTLY_KEY = "sk-sy-test-globex-nightly-01"  # globex/default/nightly: background
 TINY_KEY = "sk-sy-test-acme-tiny-0001"  # background, 20 input tokens a minute
-SLOW_KEY = "sk-sy-test-acme-slow-0001"  # background, 1 request per 25 s (a try lasts 20 s)
+SLOW_KEY = "sk-sy-test-acme-slow-0001"  # background, 1 request per 30 s (a try lasts 20 s)
 ASYNC = {"Prefer": "respond-async"}
 
 
@@ -39,7 +39,7 @@ def with_bulk_app(blackhole_port: int, closed_port: int):
         )
         for name, limit, secret in (
             ("tiny", {"dimension": "input_tokens", "capacity": 20, "per": "1m"}, TINY_KEY),
-            ("slow", {"dimension": "requests", "capacity": 1, "per": "25s"}, SLOW_KEY),
+            ("slow", {"dimension": "requests", "capacity": 1, "per": "30s"}, SLOW_KEY),
         ):
             config["tenants"][0]["teams"][0]["apps"].append(
                 {
