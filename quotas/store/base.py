@@ -14,6 +14,7 @@ from quotas.core.model import (
     BucketLevel,
     BucketSpec,
     ExpiredLease,
+    Extension,
     Grant,
     ReconcileResult,
     Refusal,
@@ -47,6 +48,12 @@ class ReservationStore(Protocol):
 
     async def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
         """Give everything back (the request was never dispatched)."""
+        ...
+
+    async def extend(self, grant: Grant, more: Usage, *, now: float | None = None) -> Extension:
+        """Take ``more`` from the buckets a live lease holds (a stream's next output step,
+        C10 in steps), all or nothing; settling then reconciles against all it took. A lease
+        no longer active (settled, expired, unknown) takes nothing."""
         ...
 
     async def renew(
