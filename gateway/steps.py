@@ -58,6 +58,7 @@ class StreamSteps:
         price_output: float,
         broker: Broker,
         holder: GrantHolder,
+        drain_seconds: float = DRAIN_SECONDS,
     ) -> None:
         self.plan = plan
         self.max_output = max_output
@@ -65,6 +66,7 @@ class StreamSteps:
         self.price_output = price_output  # USD per million output tokens
         self.broker = broker
         self.holder = holder
+        self.drain_seconds = drain_seconds
         self.refused = False  # a step was refused (or the lease is gone): none is asked again
         self.steps: list[str] = []  # each step's outcome, in order (for the ledger and tests)
         self._task: asyncio.Task[None] | None = None
@@ -106,12 +108,12 @@ class StreamSteps:
 
     async def drain(self) -> None:
         """The stream is over: no step is asked any more, and one in flight is waited for (up
-        to ``DRAIN_SECONDS``, then cancelled), so that the settle comes after it."""
+        to ``drain_seconds``, then cancelled), so that the settle comes after it."""
         self._over = True
         task = self._task
         if task is None or task.done():
             return
-        await asyncio.wait([task], timeout=DRAIN_SECONDS)
+        await asyncio.wait([task], timeout=self.drain_seconds)
         if not task.done():
             task.cancel()
             await asyncio.wait([task])
