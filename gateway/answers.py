@@ -128,6 +128,7 @@ async def answered_settle(
         settled,
         estimated_spend=admitted.spend,
         usage=usage,
+        reserved_output=admitted.reserved_output,
     )
 
 
