@@ -25,7 +25,7 @@ from gateway.snapshot import Snapshot
 from gateway.steps import StreamSteps
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
-from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor
+from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor, request_cost
 from quotas.core.increments import StepPlan
 from quotas.core.model import Grant, Reason, Refusal, Rule
 from quotas.core.model import Usage as QuotaUsage
@@ -140,7 +140,8 @@ async def admit(
             buckets = attempt_buckets(
                 snapshot.quotas, call.principal, endpoint, model.id, credential
             )
-            result = await _reserve(call, broker, buckets, usage, _turn(call, wait=False))
+            turn = _turn(call, demand, endpoint, wait=False)
+            result = await _reserve(call, broker, buckets, usage, turn)
             if isinstance(result, Grant):
                 broker.key_granted(buckets, result, time.time())
                 capacity.room(endpoint.key)
@@ -197,7 +198,7 @@ async def _wait(
             broker,
             best.buckets,
             reserved_usage(call, best.demand, best.endpoint),
-            _turn(call, wait=True),
+            _turn(call, best.demand, best.endpoint, wait=True),
         )
     finally:
         call.queue_wait += time.monotonic() - waiting_since
@@ -223,11 +224,13 @@ def _capacity_heard(
     capacity.full(endpoint.key, floor, refusal.at, float(size))
 
 
-def _turn(call: Call, *, wait: bool) -> Turn:
-    """The request's place in a pool's fair queue: its flow, weight, deadline and depth."""
+def _turn(call: Call, demand: Demand, endpoint: EndpointEntry, *, wait: bool) -> Turn:
+    """The request's place in a pool's fair queue: its flow, weight, deadline, depth — and,
+    for a stream in steps, its cost: its whole estimate, not the first step it reserves."""
     assert call.principal is not None
     workload = call.workload
     depth = workload.max_queue_depth if wait else 0
+    cost = request_cost(demand_usage(demand, endpoint)) if stream_plan(call) else None
     return Turn(
         # One flow per tenant and class, so a tenant's batch work never queues ahead of its
         # own interactive requests; the weight is class × tenant (D2).
@@ -236,6 +239,7 @@ def _turn(call: Call, *, wait: bool) -> Turn:
         deadline=call.deadline,
         max_depth=depth,
         flow_depth=max(1, math.ceil(depth * FLOW_SHARE_OF_QUEUE)) if wait else 0,
+        cost=cost,
     )
 
 

@@ -182,6 +182,10 @@ class Turn:
     deadline: float
     max_depth: int
     flow_depth: int
+    # Its virtual-time cost when not its demand's: a stream in steps (C10) reserves its first
+    # step but is charged its whole estimate, as a stream that reserves the maximum is, so
+    # reserving in steps buys capacity, not a larger share of a contended pool.
+    cost: float | None = None
 
 
 class Holdings:
@@ -278,6 +282,7 @@ class Broker:
             deadline=turn.deadline,
             max_depth=turn.max_depth,
             flow_depth=turn.flow_depth,
+            cost=turn.cost,
         )
         if isinstance(result, Grant):
             if result.state == "active":  # a replay of a settled one holds nothing

@@ -119,8 +119,11 @@ class QueueStore(Protocol):
         lease_seconds: float,
         burst: float,
         now: float | None = None,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal | Queued:
-        """Granted at once, refused at once, or waiting for a verdict in this mailbox."""
+        """Granted at once, refused at once, or waiting for a verdict in this mailbox;
+        ``cost``: its virtual-time cost when it is not ``request_cost(demand)`` (a stream in
+        steps reserves its first step and is charged its whole estimate)."""
         ...
 
     async def pump(self, pool: str, *, now: float | None = None) -> Pumped:
