@@ -156,6 +156,8 @@ class _Writer:
                     "overload_action": spec.overload_action,
                     "weight": spec.weight,
                     "retry_budget": spec.retry_budget,
+                    "stream_reservation": spec.stream_reservation,
+                    "stream_step_tokens": spec.stream_step_tokens,
                 },
             )
         for spec in config.providers:

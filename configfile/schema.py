@@ -31,12 +31,15 @@ from common.reader import (
     timestamp,
     url,
 )
+from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.limits import LimitSpec, parse_limit
 from routing.validation import CAPABILITIES, fallback_contract, region, routing_overrides
 from tenants.keys import KEY_TYPE_PREFIX
 
 PROTOCOLS = ("openai", "anthropic")
 OVERLOAD_ACTIONS = ("reject", "degrade", "defer")
+# C10: a stream reserves its whole maximum output, or reserves it in steps as tokens arrive.
+STREAM_RESERVATIONS = ("max", "increments")
 ENVIRONMENTS = ("production", "staging", "development")
 # A tenant's default provider sort (G13); "routing_cost" is the default and stored as "".
 SORTS = ("routing_cost", "price", "throughput", "latency")
@@ -132,6 +135,8 @@ class WorkloadClassSpec:
     overload_action: str
     weight: float
     retry_budget: int
+    stream_reservation: str = "max"
+    stream_step_tokens: int = DEFAULT_STEP_TOKENS
 
 
 @dataclass(frozen=True)
@@ -327,6 +332,8 @@ def parse_workload_class(s: Section) -> WorkloadClassSpec:
         overload_action=s.field("overload", choice(*OVERLOAD_ACTIONS)),
         weight=s.field("weight", positive_number, 1.0),
         retry_budget=s.field("retry_budget", non_negative_int, 2),
+        stream_reservation=s.field("stream_reservation", choice(*STREAM_RESERVATIONS), "max"),
+        stream_step_tokens=s.field("stream_step_tokens", positive_int, DEFAULT_STEP_TOKENS),
     )
     s.done()
     return spec

@@ -9,6 +9,7 @@ with the reason, the binding bucket and ``Retry-After``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from gateway.errors import CapacityRefused
 from gateway.providers.base import Usage
 from gateway.records import refusal_record
 from gateway.snapshot import Snapshot
+from gateway.steps import StreamSteps
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
-from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor
+from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor, request_cost
+from quotas.core.increments import StepPlan
 from quotas.core.model import Grant, Reason, Refusal, Rule
 from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import CredentialEntry, EndpointEntry
@@ -51,11 +54,31 @@ class Admitted:
     grant: Grant
     demand: Demand
     request: CanonicalRequest
+    # C10: a stream of a class that reserves its output in steps — the plan, and the output
+    # the grant took at admission (its first step; else the demand's whole output).
+    plan: StepPlan | None = None
+    first_output: int = 0
+    steps: StreamSteps | None = None  # the steps taken as the stream runs (``answer_stream``)
     sent: bool = False  # the provider may have received this attempt's call
     settled: bool = False  # reconciled or released: the guard in the pipeline has nothing to do
 
     def mark_sent(self) -> None:
         self.sent = True
+
+    @property
+    def reserved_output(self) -> int:
+        """Output tokens the grant holds: the demand's, or in steps the first and those since."""
+        return self.steps.reserved if self.steps is not None else self.first_output
+
+    def reserved_usage(self) -> QuotaUsage:
+        """What the grant holds in every dimension (``demand_usage`` at the reserved output)."""
+        demand = dataclasses.replace(self.demand, output_tokens=self.reserved_output)
+        return demand_usage(demand, self.endpoint)
+
+    async def steps_over(self) -> None:
+        """Before the grant is settled: no further step, and the one in flight landed."""
+        if self.steps is not None:
+            await self.steps.drain()
 
     @property
     def api_key(self) -> str:
@@ -64,12 +87,12 @@ class Admitted:
         return credential.api_key if credential is not None else self.endpoint.provider.api_key
 
     def estimated_usage(self) -> Usage:
-        return Usage(input_tokens=self.demand.input_tokens, output_tokens=self.demand.output_tokens)
+        return Usage(input_tokens=self.demand.input_tokens, output_tokens=self.reserved_output)
 
     @property
     def spend(self) -> float:
         """The estimated spend this reservation took (at the endpoint's uncached prices)."""
-        return self.demand.spend(
+        return dataclasses.replace(self.demand, output_tokens=self.reserved_output).spend(
             price_input=self.endpoint.price_input, price_output=self.endpoint.price_output
         )
 
@@ -109,7 +132,7 @@ async def admit(
             max_output=endpoint.max_output,
             corrections=CORRECTIONS,
         )
-        usage = demand_usage(demand, endpoint)
+        usage = reserved_usage(call, demand, endpoint)
         tenant_bound = False
         # B2: the provider's keys in a room-weighted shuffle; a key whose own bucket (or its
         # project's) refuses leaves the next key a chance, any wider refusal ends the pool.
@@ -117,7 +140,8 @@ async def admit(
             buckets = attempt_buckets(
                 snapshot.quotas, call.principal, endpoint, model.id, credential
             )
-            result = await _reserve(call, broker, buckets, usage, _turn(call, wait=False))
+            turn = _turn(call, demand, endpoint, wait=False)
+            result = await _reserve(call, broker, buckets, usage, turn)
             if isinstance(result, Grant):
                 broker.key_granted(buckets, result, time.time())
                 capacity.room(endpoint.key)
@@ -135,6 +159,21 @@ async def admit(
         _capacity_heard(capacity, endpoint, buckets, result, request.estimate.input_tokens)
 
     return await _wait(call, request, refused, broker)
+
+
+def stream_plan(call: Call) -> StepPlan | None:
+    """C10: how this request's output is reserved in steps (None: all of it at once, as every
+    non-streamed request and every stream of a class that reserves the maximum)."""
+    return call.workload.step_plan if call.stream else None
+
+
+def reserved_usage(call: Call, demand: Demand, endpoint: EndpointEntry) -> QuotaUsage:
+    """What an attempt reserves: the demand, or for a stream in steps the demand with its
+    output (and the spend that output costs) cut to the first step."""
+    plan = stream_plan(call)
+    if plan is not None:
+        demand = dataclasses.replace(demand, output_tokens=plan.first_step(demand.output_tokens))
+    return demand_usage(demand, endpoint)
 
 
 def attempt_label(endpoint: EndpointEntry, credential: CredentialEntry | None) -> str:
@@ -158,8 +197,8 @@ async def _wait(
             call,
             broker,
             best.buckets,
-            demand_usage(best.demand, best.endpoint),
-            _turn(call, wait=True),
+            reserved_usage(call, best.demand, best.endpoint),
+            _turn(call, best.demand, best.endpoint, wait=True),
         )
     finally:
         call.queue_wait += time.monotonic() - waiting_since
@@ -185,11 +224,13 @@ def _capacity_heard(
     capacity.full(endpoint.key, floor, refusal.at, float(size))
 
 
-def _turn(call: Call, *, wait: bool) -> Turn:
-    """The request's place in a pool's fair queue: its flow, weight, deadline and depth."""
+def _turn(call: Call, demand: Demand, endpoint: EndpointEntry, *, wait: bool) -> Turn:
+    """The request's place in a pool's fair queue: its flow, weight, deadline, depth — and,
+    for a stream in steps, its cost: its whole estimate, not the first step it reserves."""
     assert call.principal is not None
     workload = call.workload
     depth = workload.max_queue_depth if wait else 0
+    cost = request_cost(demand_usage(demand, endpoint)) if stream_plan(call) else None
     return Turn(
         # One flow per tenant and class, so a tenant's batch work never queues ahead of its
         # own interactive requests; the weight is class × tenant (D2).
@@ -198,6 +239,7 @@ def _turn(call: Call, *, wait: bool) -> Turn:
         deadline=call.deadline,
         max_depth=depth,
         flow_depth=max(1, math.ceil(depth * FLOW_SHARE_OF_QUEUE)) if wait else 0,
+        cost=cost,
     )
 
 
@@ -231,7 +273,9 @@ def _admitted(
         ),
         default=1.0,
     )
-    return Admitted(endpoint, buckets, grant, demand, request)
+    plan = stream_plan(call)
+    first = plan.first_step(demand.output_tokens) if plan is not None else demand.output_tokens
+    return Admitted(endpoint, buckets, grant, demand, request, plan=plan, first_output=first)
 
 
 def _refusal(

@@ -24,6 +24,7 @@ from gateway.providers.base import Usage
 from gateway.quality import tool_calls_malformed
 from gateway.records import generation_record, reservation_record, usage_cost
 from gateway.responses import json_response, response_headers
+from gateway.steps import StreamSteps
 from gateway.streaming import StreamEnd, relay
 from quotas.broker import Broker, actual_usage
 from routing.core.stats import Outcome as RoutingOutcome
@@ -31,6 +32,9 @@ from routing.core.sticky import StickyState
 from routing.live import LiveRouter
 
 log = logging.getLogger(__name__)
+
+STREAM_RESERVATION_HEADER = "x-switchyard-stream-reservation"  # max | increments (C10)
+RESERVED_OUTPUT_HEADER = "x-switchyard-reserved-output-tokens"  # held as the stream starts
 
 
 @contextlib.asynccontextmanager
@@ -44,6 +48,8 @@ async def grant_owned(admitted: Admitted, broker: Broker) -> AsyncIterator[None]
     except BaseException:
         if not admitted.settled:
             admitted.settled = True
+            with contextlib.suppress(Exception):  # a step in flight lands before the settle
+                await admitted.steps_over()
             estimated = admitted.estimated_usage()
             cost = usage_cost(admitted.endpoint, estimated)
             try:
@@ -106,7 +112,8 @@ async def answered_settle(
     With Redis away the answer still counts: the provider made it and charged for it, and
     turning it into a 503 would throw it away (a job would end failed, a retry would pay
     twice). The grant is then left to its lease, which runs out and is reaped and recorded
-    with its estimates standing (C9)."""
+    with its estimates standing (C9). A stream in steps settles after its last step landed."""
+    await admitted.steps_over()
     try:
         settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
     except RedisError:
@@ -121,6 +128,7 @@ async def answered_settle(
         settled,
         estimated_spend=admitted.spend,
         usage=usage,
+        reserved_output=admitted.reserved_output,
     )
 
 
@@ -134,6 +142,16 @@ def answer_stream(
     upstream_started = time.monotonic() - attempt.seconds
     upstream = attempt.stream
     assert upstream is not None
+    if admitted.plan is not None:  # C10 in steps: the output grows as the tokens arrive
+        admitted.steps = StreamSteps(
+            admitted.plan,
+            max_output=admitted.demand.output_tokens,
+            reserved=admitted.first_output,
+            price_output=endpoint.price_output,
+            broker=broker,
+            holder=admitted,
+        )
+    steps = admitted.steps
 
     async def finish(end: StreamEnd) -> None:
         call.ttft = end.ttft
@@ -180,6 +198,7 @@ def answer_stream(
                     started=call.started,
                     upstream_started=upstream_started,
                     finish=finish,
+                    progress=steps.progress if steps is not None else None,
                 )
                 # A body closed mid-stream (the client gone) closes the relay, whose own ending
                 # settles the grant, writes the ledger row and frees the Idempotency-Key.
@@ -201,6 +220,9 @@ def answer_stream(
     response["X-Accel-Buffering"] = "no"
     for name, value in response_headers(call).items():
         response[name] = value
+    # C10: how this stream reserves its output, and what it holds as the answer starts.
+    response[STREAM_RESERVATION_HEADER] = "increments" if steps is not None else "max"
+    response[RESERVED_OUTPUT_HEADER] = str(admitted.reserved_output)
     return response
 
 

@@ -101,6 +101,14 @@ OVER_RESERVED = Counter(
     ["model"],
 )
 
+STREAM_STEPS = Counter(
+    "switchyard_stream_steps_total",
+    "Output reservation steps streams of an increments workload class asked for (C10), by "
+    "outcome: granted, refused (a bucket was full: the stream went on, asking no more), closed "
+    "(its lease was over), error (Redis failed).",
+    ["outcome"],
+)
+
 
 _children: dict[tuple[int, tuple[str, ...]], Any] = {}
 

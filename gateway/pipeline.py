@@ -389,7 +389,7 @@ async def _serve(
                     return answer_stream(call, attempt, admitted, broker, live)
                 return await answer_complete(call, attempt, admitted, broker, live)
             # F4: a call the provider received counts against its request rate and spend.
-            sent = demand_usage(admitted.demand, admitted.endpoint) if attempt.sent else None
+            sent = admitted.reserved_usage() if attempt.sent else None
             released = await broker.release(admitted.grant, sent=sent)
             admitted.settled = True
             reservation_record(

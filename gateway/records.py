@@ -124,8 +124,10 @@ def reservation_record(
     *,
     estimated_spend: float,
     usage: Usage | None = None,
+    reserved_output: int | None = None,
 ) -> None:
-    """C8: a reservation as it was taken and settled."""
+    """C8: a reservation as it was taken and settled (``reserved_output``: what a stream in
+    steps held at its end, when it is not the demand's output)."""
     principal = call.principal
     assert principal is not None and call.demand is not None
     demand = call.demand
@@ -133,8 +135,9 @@ def reservation_record(
         metrics.child(metrics.ESTIMATE_RATIO, endpoint.model_slug).observe(
             usage.input_tokens / max(1, demand.input_tokens)
         )
+        output = demand.output_tokens if reserved_output is None else reserved_output
         metrics.child(metrics.OVER_RESERVED, endpoint.model_slug).inc(
-            max(0, demand.total_tokens - usage.total_tokens)
+            max(0, demand.input_tokens + output - usage.total_tokens)
         )
     ledger.ledger_record_later(
         "reservation",

@@ -1,8 +1,10 @@
 """Relaying a provider stream to the client in its door's protocol (SPEC C10).
 
-The reservation holds the maximum output while the stream runs (its lease renewed); when the
-stream ends — completed, failed, or cut by a client that went away — the actual usage is
-reconciled and the unused part released. A client disconnect cancels this generator (Django
+The reservation holds the maximum output while the stream runs (its lease renewed) — or, for a
+workload class that reserves in increments, a first step that grows as tokens arrive
+(``gateway.steps``, fed by ``relay``'s ``progress``); when the stream ends — completed, failed,
+or cut by a client that went away — the actual usage is reconciled and the unused part
+released. A client disconnect cancels this generator (Django
 does that), which closes the upstream response and so cancels the provider's work.
 """
 
@@ -47,9 +49,11 @@ async def relay(
     started: float,
     upstream_started: float,
     finish: Callable[[StreamEnd], Awaitable[None]],
+    progress: Callable[[int], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """The provider's events, translated to OpenAI chunks (what the relay measures), written
-    out in the door's protocol by ``renderer``."""
+    out in the door's protocol by ``renderer``; ``progress`` hears the output tokens made so
+    far (estimated from the characters) after each read, for a reservation in steps."""
     parser = SSEParser()
     ttft: float | None = None
     upstream_ttft: float | None = None
@@ -70,6 +74,8 @@ async def relay(
                             upstream_ttft = time.monotonic() - upstream_started
                         streamed_chars += _collect(chunk, tool_calls)
                     out.append(renderer.feed(event, chunks))
+                if progress is not None and streamed_chars:
+                    progress(math.ceil(streamed_chars / CHARS_PER_TOKEN))
                 if translator.done:
                     break
                 if out:

@@ -46,8 +46,10 @@ class WorkloadClassAdmin(ConfigModelAdmin):
         "overload_action",
         "weight",
         "retry_budget",
+        "stream_reservation",
+        "stream_step_tokens",
     ]
-    list_filter = ["overload_action"]
+    list_filter = ["overload_action", "stream_reservation"]
     search_fields = ["name"]
 
 

@@ -29,6 +29,7 @@ from quotas.core.learned import asked_of, refusal_unexplained
 from quotas.core.model import (
     BucketSpec,
     Dimension,
+    Extension,
     Grant,
     Outcome,
     Reason,
@@ -181,6 +182,10 @@ class Turn:
     deadline: float
     max_depth: int
     flow_depth: int
+    # Its virtual-time cost when not its demand's: a stream in steps (C10) reserves its first
+    # step but is charged its whole estimate, as a stream that reserves the maximum is, so
+    # reserving in steps buys capacity, not a larger share of a contended pool.
+    cost: float | None = None
 
 
 class Holdings:
@@ -196,6 +201,12 @@ class Holdings:
 
     def settled(self, grant: Grant) -> None:
         self._grants.pop(grant.reservation_id, None)
+
+    def extended(self, grant: Grant) -> None:
+        """A stream's lease took another step: re-registered with its new amounts."""
+        held = self._grants.get(grant.reservation_id)
+        if held is not None:
+            self._grants[grant.reservation_id] = (grant, held[1])
 
     def renewed(self, grant: Grant, expires_at: float) -> None:
         if grant.reservation_id in self._grants:
@@ -271,6 +282,7 @@ class Broker:
             deadline=turn.deadline,
             max_depth=turn.max_depth,
             flow_depth=turn.flow_depth,
+            cost=turn.cost,
         )
         if isinstance(result, Grant):
             if result.state == "active":  # a replay of a settled one holds nothing
@@ -328,6 +340,16 @@ class Broker:
         if sent is not None:
             return await self.queue.reconcile(grant, sent_usage(sent))
         return await self.queue.release(grant)
+
+    async def extend(self, grant: Grant, more: Usage) -> Extension:
+        """C10 in steps: take a stream's next output step from every bucket its lease holds,
+        all or nothing, in one round trip; settling then reconciles against all it took."""
+        if not grant.parts:  # nothing limits this request
+            return Extension(grant.reservation_id, Outcome.EXTENDED, time.time(), grant=grant)
+        result = await self.store.extend(grant, more)
+        if result.grant is not None:
+            self.holdings.extended(result.grant)
+        return result
 
     @contextlib.asynccontextmanager
     async def held(self, grant: Grant) -> AsyncIterator[None]:

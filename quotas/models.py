@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from common.reader import non_negative_int, positive_number
+from common.reader import non_negative_int, positive_int, positive_number
 from common.rules import ConfigRules, seconds
+from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.validation import bucket_defaults, bucket_errors
 
 
@@ -16,6 +17,10 @@ class WorkloadClass(ConfigRules, models.Model):
         DEGRADE = "degrade", "degrade to the fallback model"
         DEFER = "defer", "defer (queue until the deadline)"
 
+    class StreamReservation(models.TextChoices):
+        MAX = "max", "the whole maximum output, the unused part given back at the end"
+        INCREMENTS = "increments", "in steps, as the tokens arrive"
+
     name = models.SlugField(max_length=50, unique=True)
     deadline_seconds = models.FloatField(help_text="How long a request may wait for capacity.")
     max_queue_depth = models.PositiveIntegerField()
@@ -24,6 +29,17 @@ class WorkloadClass(ConfigRules, models.Model):
     retry_budget = models.PositiveIntegerField(
         default=2, help_text="Attempts after the first, fallbacks included (F4)."
     )
+    # C10: how a stream of this class reserves its output (quotas.core.increments).
+    stream_reservation = models.CharField(
+        max_length=10,
+        choices=StreamReservation.choices,
+        default=StreamReservation.MAX,
+        help_text="How a stream reserves its output (C10): all of it at once, or in steps.",
+    )
+    stream_step_tokens = models.PositiveIntegerField(
+        default=DEFAULT_STEP_TOKENS,
+        help_text="Output tokens reserved per step when streams reserve in increments.",
+    )
 
     # A weight of 0 fails every request of the class, a deadline of 0 refuses them all (E1, D2).
     config_rules = {
@@ -31,6 +47,7 @@ class WorkloadClass(ConfigRules, models.Model):
         "max_queue_depth": non_negative_int,
         "weight": positive_number,
         "retry_budget": non_negative_int,
+        "stream_step_tokens": positive_int,
     }
 
     class Meta:

@@ -93,8 +93,10 @@ class BrokerQueue:
         flow_depth: int,
         lease_seconds: float | None = None,
         burst: float | None = None,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal:
-        """Reserve in all ``buckets`` in fair turn among the pool's tenants, by ``deadline``."""
+        """Reserve in all ``buckets`` in fair turn among the pool's tenants, by ``deadline``
+        (``cost``: its virtual-time cost, when not that of ``demand``)."""
         if not weight > 0:
             raise ValueError("a flow's weight must be positive")
         now = self.store.clock()
@@ -116,6 +118,7 @@ class BrokerQueue:
                 flow_depth=flow_depth,
                 lease_seconds=lease,
                 burst=self.burst_tokens if burst is None else burst,
+                cost=cost,
             )
         )
         cleanup: asyncio.Task[None] | None = None  # it forgets the waiter when done

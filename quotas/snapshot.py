@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from quotas.core.increments import DEFAULT_STEP_TOKENS, StepPlan
 from quotas.core.learned import (
     CEILING,
     CUT,
@@ -55,6 +56,17 @@ class Workload:
     overload_action: str  # reject | degrade | defer
     weight: float
     retry_budget: int
+    # C10: "max" (the whole maximum output while a stream runs) or "increments" (in steps of
+    # ``stream_step_tokens``, quotas.core.increments).
+    stream_reservation: str = "max"
+    stream_step_tokens: int = DEFAULT_STEP_TOKENS
+
+    @property
+    def step_plan(self) -> StepPlan | None:
+        """How this class's streams reserve their output in steps (None: the whole maximum)."""
+        if self.stream_reservation != "increments":
+            return None
+        return StepPlan(step_tokens=max(1, self.stream_step_tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +210,8 @@ def quota_snapshot_build() -> QuotaSnapshot:
             overload_action=w.overload_action,
             weight=w.weight,
             retry_budget=w.retry_budget,
+            stream_reservation=w.stream_reservation,
+            stream_step_tokens=w.stream_step_tokens,
         )
         for w in WorkloadClass.objects.all()
     }

@@ -20,6 +20,7 @@ from quotas.core.model import (
     BucketSpec,
     Dimension,
     ExpiredLease,
+    Extension,
     Grant,
     GrantPart,
     Outcome,
@@ -45,6 +46,10 @@ class RecordPart:
     amount: float
     marker: float
     skipped: bool
+    # Of ``amount``, what was taken in earlier windows / slices / intervals than ``marker``'s
+    # (a stream's step that landed past a boundary, ``extend``): counted as used where it was
+    # taken; settling gives back or charges only the rest, in ``marker``'s.
+    locked: float = 0.0
 
 
 @dataclass(slots=True)
@@ -108,6 +113,13 @@ def demand_parts(buckets: Sequence[BucketSpec], demand: Usage) -> list[tuple[Buc
     if not buckets:
         raise ValueError("a reservation needs at least one bucket")
     return [(spec, demand.amount(spec.dimension)) for spec in buckets]
+
+
+def extension_amount(spec: BucketSpec, more: Usage) -> float:
+    """What a lease's extension takes from ``spec``: never a second concurrency slot."""
+    if spec.rule is Rule.CONCURRENCY or spec.dimension is Dimension.CONCURRENCY:
+        return 0.0
+    return more.amount(spec.dimension)
 
 
 def actual_amount(spec: BucketSpec, actual: Usage | None) -> float:
@@ -240,6 +252,25 @@ class Book:
         rec = self._record(rkey, now)
         if rec is not None:
             return self._replay(rec, now)
+        expires = now + lease_seconds
+        taken = self._take(reservation_id, parts, now=now, expires=expires)
+        if isinstance(taken, Refusal):
+            return taken
+        kept, given, shadow = taken
+        self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", kept)
+        self._index[rkey] = expires
+        return Grant(reservation_id, now, expires, tuple(given), shadow)
+
+    def _take(
+        self,
+        reservation_id: str,
+        parts: Sequence[tuple[BucketSpec, float]],
+        *,
+        now: float,
+        expires: float,
+    ) -> Refusal | tuple[list[RecordPart], list[GrantPart], tuple[BucketRefusal, ...]]:
+        """All or nothing over ``parts`` (lib.lua reserve_parts): a refusal, or what each part
+        took (for the record and the grant) and the shadow refusals."""
         learning = now < self.learning_until
         checks: list[tuple[BucketSpec, Reason | None, float]] = []
         views: list[tuple[Derived, arith.View | None]] = []
@@ -268,7 +299,6 @@ class Book:
             refusal, shadow = decide(reservation_id, now, checks)
             if refusal is not None:
                 return refusal
-        expires = now + lease_seconds
         kept: list[RecordPart] = []
         given: list[GrantPart] = []
         for (spec, amount), (d, v), (_, reason, _) in zip(parts, views, checks, strict=True):
@@ -281,9 +311,7 @@ class Book:
             self._write(d.key, state)
             kept.append(RecordPart(spec, amount, marker, False))
             given.append(GrantPart(spec, amount, marker, False, v.available - amount))
-        self._records[rkey] = Record(reservation_id, rkey, now, expires, "active", kept)
-        self._index[rkey] = expires
-        return Grant(reservation_id, now, expires, tuple(given), shadow)
+        return kept, given, shadow
 
     def _replay(self, rec: Record, now: float) -> Grant:
         state = "expired" if rec.state == "active" and rec.expires <= now else rec.state
@@ -314,14 +342,17 @@ class Book:
             if p.skipped:
                 settlements.append(Settlement(spec.name, 0.0, a, 0.0, 0.0))
                 continue
-            if a != p.amount or spec.rule is Rule.CONCURRENCY:
+            taken, held = p.amount, a
+            if p.locked > 0:  # only what was taken in the marker's window is settled there
+                taken, held = p.amount - p.locked, max(0.0, a - p.locked)
+            if held != taken or spec.rule is Rule.CONCURRENCY:
                 # Exactly what it took (a request count, an exact estimate) changes nothing:
                 # left as it is, as settle.lua does (one read and one write fewer in Redis).
                 # Boundaries around the settle time: a window that rolled since is still found.
                 d = self._derive(spec, now)
                 v = self._view(d.key, d.resolved, now)
-                self._write(d.key, arith.settle(v, d.resolved, now, p.amount, a, p.marker, rid))
-            released, charged = max(0.0, p.amount - a), max(0.0, a - p.amount)
+                self._write(d.key, arith.settle(v, d.resolved, now, taken, held, p.marker, rid))
+            released, charged = max(0.0, taken - held), max(0.0, held - taken)
             settlements.append(Settlement(spec.name, p.amount, a, released, charged))
         rec.state = "released" if actual is None else "reconciled"
         self._index.pop(rec.key, None)
@@ -337,6 +368,64 @@ class Book:
                     st.held = st.held - amount
         rec.state = "expired"
         self._index.pop(rec.key, None)
+
+    # -- a stream's next step ----------------------------------------------------------
+    def extend(self, grant: Grant, more: Usage, *, now: float) -> Extension:
+        """Take ``more`` (a stream's next output step, C10) from the buckets a live lease
+        holds, all or nothing, adding it to the lease's amounts so that settling reconciles
+        against all it took. Concurrency and skipped shadow parts take nothing more. A lease
+        no longer active takes nothing (an extension that lands after the settle is a no-op).
+        """
+        self._epoch(now)
+        rid = grant.reservation_id
+        rec = self._record(record_key(self.prefix, grant.parts[0].bucket.scope, rid), now)
+        if rec is None:
+            return Extension(rid, Outcome.UNKNOWN, now)
+        if rec.state != "active":
+            return Extension(rid, Outcome.CLOSED, now)
+        if rec.expires <= now:
+            self._expire(rec)
+            return Extension(rid, Outcome.EXPIRED, now)
+        specs = {p.bucket.name: p.bucket for p in grant.parts}
+        rows: list[RecordPart] = []
+        parts: list[tuple[BucketSpec, float]] = []
+        for p in rec.parts:
+            spec = specs.get(p.spec.name)
+            if spec is None or p.skipped:
+                continue
+            amount = extension_amount(spec, more)
+            if amount > 0:
+                rows.append(p)
+                parts.append((spec, amount))
+        left: dict[str, float] = {}
+        shadow: tuple[BucketRefusal, ...] = ()
+        if parts:
+            taken = self._take(rid, parts, now=now, expires=rec.expires)
+            if isinstance(taken, Refusal):
+                return Extension(rid, Outcome.REFUSED, now, refusal=taken)
+            _, given, shadow = taken
+            for row, part in zip(rows, given, strict=True):
+                if part.skipped:  # a shadow bucket that would refuse: counted, not taken
+                    continue
+                if part.marker != row.marker:  # past a boundary: what came before stays there
+                    row.locked = row.amount
+                    row.marker = part.marker
+                row.amount = row.amount + part.amount
+                assert part.remaining is not None
+                left[row.spec.name] = part.remaining
+        by_name = {p.spec.name: p for p in rec.parts}
+        new_parts = []
+        for gp in grant.parts:
+            kept = by_name.get(gp.bucket.name)
+            if kept is None:
+                new_parts.append(gp)
+            else:
+                remaining = left.get(gp.bucket.name)
+                new_parts.append(
+                    GrantPart(gp.bucket, kept.amount, kept.marker, kept.skipped, remaining)
+                )
+        extended = Grant(rid, rec.created, rec.expires, tuple(new_parts), shadow)
+        return Extension(rid, Outcome.EXTENDED, now, grant=extended)
 
     # -- leases --------------------------------------------------------------------------
     def renew(self, grant: Grant, *, now: float, lease_seconds: float) -> RenewResult:

@@ -56,6 +56,8 @@ class Outcome(StrEnum):
     EXPIRED = "expired"  # the lease ran out first: nothing changed (the estimate stands)
     CLOSED = "closed"  # already reconciled, released or expired: nothing changed
     UNKNOWN = "unknown"  # no such reservation (never granted, or forgotten): nothing changed
+    EXTENDED = "extended"  # a live lease took more (a stream's next step, C10)
+    REFUSED = "refused"  # a bucket refused the extension: nothing was taken
 
 
 # Slices per rolling window unless configured: an amount counts for between D and D + D/60.
@@ -229,6 +231,20 @@ class RenewResult:
     reservation_id: str
     outcome: Outcome
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    """What topping up a live lease did (C10 in steps; ``extend``): ``extended`` — ``grant``
+    is the lease with its new amounts; ``refused`` — ``refusal`` names the bucket and reason,
+    nothing was taken; or ``expired`` / ``closed`` / ``unknown`` — the lease no longer holds
+    (settled first, ran out, never granted), nothing was taken."""
+
+    reservation_id: str
+    outcome: Outcome
+    at: float
+    grant: Grant | None = None
+    refusal: Refusal | None = None
 
 
 @dataclass(frozen=True, slots=True)

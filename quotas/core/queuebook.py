@@ -146,8 +146,10 @@ class QueueBook:
         burst: float,
         mailbox: str,
         now: float,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal | Queued:
-        """Grant at once when nobody waits and it fits; otherwise join the queue and pump."""
+        """Grant at once when nobody waits and it fits; otherwise join the queue and pump.
+        ``cost``: the virtual-time cost, when not ``request_cost(demand)``."""
         parts = demand_parts(buckets, demand)
         rec = self.book._record(record_key(self.book.prefix, buckets[0].scope, reservation_id), now)
         if rec is not None:
@@ -168,7 +170,7 @@ class QueueBook:
             demand,
             sides,
             float(weight),
-            request_cost(demand),
+            request_cost(demand) if cost is None else float(cost),
             float(burst),
             float(deadline),
             float(lease_seconds),

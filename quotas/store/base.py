@@ -14,6 +14,7 @@ from quotas.core.model import (
     BucketLevel,
     BucketSpec,
     ExpiredLease,
+    Extension,
     Grant,
     ReconcileResult,
     Refusal,
@@ -47,6 +48,12 @@ class ReservationStore(Protocol):
 
     async def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
         """Give everything back (the request was never dispatched)."""
+        ...
+
+    async def extend(self, grant: Grant, more: Usage, *, now: float | None = None) -> Extension:
+        """Take ``more`` from the buckets a live lease holds (a stream's next output step,
+        C10 in steps), all or nothing; settling then reconciles against all it took. A lease
+        no longer active (settled, expired, unknown) takes nothing."""
         ...
 
     async def renew(
@@ -112,8 +119,11 @@ class QueueStore(Protocol):
         lease_seconds: float,
         burst: float,
         now: float | None = None,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal | Queued:
-        """Granted at once, refused at once, or waiting for a verdict in this mailbox."""
+        """Granted at once, refused at once, or waiting for a verdict in this mailbox;
+        ``cost``: its virtual-time cost when it is not ``request_cost(demand)`` (a stream in
+        steps reserves its first step and is charged its whole estimate)."""
         ...
 
     async def pump(self, pool: str, *, now: float | None = None) -> Pumped:

@@ -11,6 +11,7 @@ from quotas.core.model import (
     BucketLevel,
     BucketSpec,
     ExpiredLease,
+    Extension,
     Grant,
     ReconcileResult,
     Refusal,
@@ -72,6 +73,9 @@ class MemoryReservationStore:
 
     def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
         return self.book.settle(grant, None, now=self._now(now))
+
+    def extend(self, grant: Grant, more: Usage, *, now: float | None = None) -> Extension:
+        return self.book.extend(grant, more, now=self._now(now))
 
     def renew(
         self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None
@@ -135,6 +139,9 @@ class AsyncMemoryStore:
 
     async def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
         return self.store.release(grant, now=now)
+
+    async def extend(self, grant: Grant, more: Usage, *, now: float | None = None) -> Extension:
+        return self.store.extend(grant, more, now=now)
 
     async def renew(
         self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None

@@ -56,6 +56,7 @@ class MemoryQueueStore:
         lease_seconds: float,
         burst: float,
         now: float | None = None,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal | Queued:
         result = self.queue.enter(
             reservation_id,
@@ -71,6 +72,7 @@ class MemoryQueueStore:
             burst=burst,
             mailbox=self.mailbox,
             now=self._now(now),
+            cost=cost,
         )
         self._ring()
         return result

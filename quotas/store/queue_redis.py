@@ -128,6 +128,7 @@ class RedisQueueStore:
         lease_seconds: float,
         burst: float,
         now: float | None = None,
+        cost: float | None = None,
     ) -> Grant | QueueRefusal | Queued:
         """Granted at once, refused at once, or waiting (the verdict comes by ``mail``)."""
         parts = demand_parts(buckets, demand)
@@ -142,7 +143,7 @@ class RedisQueueStore:
             reservation_id,
             flow,
             repr(float(weight)),
-            repr(request_cost(demand)),
+            repr(request_cost(demand) if cost is None else float(cost)),
             repr(float(burst)),
             repr(float(deadline)),
             repr(float(lease_seconds)),

@@ -37,7 +37,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from quotas.core.book import demand_parts
+from quotas.core.book import demand_parts, extension_amount
 from quotas.core.fairqueue import bucket_sides, lane_of
 from quotas.core.keys import (
     bucket_key,
@@ -52,6 +52,7 @@ from quotas.core.model import (
     BucketSpec,
     Dimension,
     ExpiredLease,
+    Extension,
     Grant,
     Outcome,
     ReconcileResult,
@@ -62,13 +63,14 @@ from quotas.core.model import (
 )
 from quotas.core.recovery import Epoch
 from quotas.core.windows import Boundaries, BoundaryCache
-from quotas.store.wire import f_, msgpack_array, msgpack_list, parse_reserve, s_
+from quotas.store.wire import f_, msgpack_array, msgpack_list, parse_extend, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 CONNECTION_RETRIES = (0.0, 0.05)  # pauses before the retries after a connection error
 SCRIPTS = (
     "reserve",
     "settle",
+    "extend",
     "renew",
     "reap",
     "pause",
@@ -78,7 +80,8 @@ SCRIPTS = (
     "recovery",
 )
 SPEC_SETS_KEPT = 4096  # spec sets remembered per process (as registered in Redis)
-SPEC_ARG = {"reserve": 3, "settle": 9}  # where a script's ARGV holds the spec set (0-based)
+# Where a script's ARGV holds the spec set (0-based).
+SPEC_ARG = {"reserve": 3, "settle": 9, "extend": 2}
 
 
 def queue_prefix(prefix: str, pool: str) -> str:
@@ -421,6 +424,16 @@ class RedisReservationStore:
 
     async def release(self, grant: Grant, *, now: float | None = None) -> ReconcileResult:
         return await self._settle(grant, None, now)
+
+    async def extend(self, grant: Grant, more: Usage, *, now: float | None = None) -> Extension:
+        specs = [p.bucket for p in grant.parts]
+        skey, definition = self.specs(specs, self._local_now(now))
+        keys = [self._epoch, self._index, skey]
+        args: list[str | bytes] = [self._clock_arg(now), grant.reservation_id, b""]
+        args += (repr(extension_amount(spec, more)) for spec in specs)
+        reply = await self.call_specs("extend", keys, args, SPEC_ARG["extend"], skey, definition)
+        self._learn_clock(f_(reply[1]), now)
+        return parse_extend(grant, reply)
 
     async def renew(
         self, grant: Grant, *, now: float | None = None, lease_seconds: float | None = None

@@ -6,7 +6,16 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from quotas.core.model import BucketRefusal, BucketSpec, Grant, GrantPart, Reason, Refusal
+from quotas.core.model import (
+    BucketRefusal,
+    BucketSpec,
+    Extension,
+    Grant,
+    GrantPart,
+    Outcome,
+    Reason,
+    Refusal,
+)
 
 
 def msgpack_array(values: Sequence[str | float | int]) -> bytes:
@@ -100,3 +109,31 @@ def parse_reserve(
     return Grant(
         reservation_id, f_(reply[2]), f_(reply[3]), tuple(replayed), (), True, s_(reply[4])
     )
+
+
+def parse_extend(grant: Grant, reply: Sequence[Any]) -> Extension:
+    """extend.lua's reply: the lease with its amounts after the step, a refusal, or why the
+    lease no longer holds."""
+    tag = s_(reply[0])
+    rid = grant.reservation_id
+    now = f_(reply[1])
+    if tag == "R":
+        live, at = refusals(reply, 5)
+        shadow, _ = refusals(reply, at)
+        refusal = Refusal(rid, now, s_(reply[2]), Reason(s_(reply[3])), f_(reply[4]), live, shadow)
+        return Extension(rid, Outcome.REFUSED, now, refusal=refusal)
+    if tag != "X":
+        return Extension(rid, Outcome(tag), now)
+    rows: dict[str, tuple[float, float, bool, float | None]] = {}
+    at = 5
+    for _ in range(int(reply[4])):
+        name, amount, marker, skipped, left = (s_(v) for v in reply[at : at + 5])
+        rows[name] = (float(amount), float(marker), skipped == "1", float(left) if left else None)
+        at += 5
+    shadow, _ = refusals(reply, at)
+    parts = []
+    for part in grant.parts:
+        row = rows.get(part.bucket.name)
+        parts.append(part if row is None else GrantPart(part.bucket, *row))
+    extended = Grant(rid, f_(reply[2]), f_(reply[3]), tuple(parts), shadow)
+    return Extension(rid, Outcome.EXTENDED, now, grant=extended)

@@ -14,6 +14,7 @@ from common import redis as gateway_redis
 from configfile import ConfigError
 from configfile.apply import KINDS, config_load
 from configfile.management.commands import loadconfig
+from quotas.core.increments import StepPlan
 from quotas.models import Bucket, WorkloadClass
 from quotas.snapshot import quota_snapshot_build
 from routing.models import Endpoint, Model, Provider
@@ -117,6 +118,8 @@ def test_it_maps_every_field(reference_path: Path, redis_prefix: str) -> None:
     assert endpoints[0].supports == ["tools", "response_format", "stream"]
     background = WorkloadClass.objects.get(name="background")
     assert (background.deadline_seconds, background.overload_action) == (1800, "defer")
+    # C10's default: a stream reserves its whole maximum output.
+    assert (background.stream_reservation, background.stream_step_tokens) == ("max", 256)
     globex = Tenant.objects.get(name="globex")
     assert globex.partner == Partner.objects.get(name="resellerco")
     assert App.objects.get(name="indexer").default_workload.name == "background"
@@ -200,6 +203,24 @@ def test_it_changes_nothing_on_a_second_load(reference_path: Path, redis_prefix:
         summary.count(kind, "created") + summary.count(kind, "updated") == 0 for kind in KINDS
     )
     assert summary.count("bucket", "unchanged") == 16
+
+
+def test_it_loads_a_workload_class_whose_streams_reserve_in_increments(
+    reference_path: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    config_load(reference_path, env=ENV)
+    data = reference_data(reference_path)
+    data["workload_classes"][0].update(stream_reservation="increments", stream_step_tokens=128)
+
+    summary = config_load(write(tmp_path, data), env=ENV)
+
+    assert summary.count("workload class", "updated") == 1
+    interactive = WorkloadClass.objects.get(name="interactive")
+    assert (interactive.stream_reservation, interactive.stream_step_tokens) == ("increments", 128)
+    # The hot path reads it from the snapshot, never from the database.
+    workloads = quota_snapshot_build().workloads
+    assert workloads["interactive"].step_plan == StepPlan(step_tokens=128)
+    assert workloads["background"].step_plan is None
 
 
 def test_it_updates_only_what_changed(

@@ -209,6 +209,16 @@ INVALID = [
     ("providers[0].limits[0].per", "60", "per: must be a duration such as 500ms, 10s, 1m"),
     ("workload_classes[0].deadline", "soon", "workload_classes[0].deadline: must be a duration"),
     ("workload_classes[1].overload", "drop", "overload: must be one of reject, degrade, defer"),
+    (
+        "workload_classes[0].stream_reservation",
+        "steps",
+        "workload_classes[0].stream_reservation: must be one of max, increments, got 'steps'",
+    ),
+    (
+        "workload_classes[0].stream_step_tokens",
+        0,
+        "workload_classes[0].stream_step_tokens: must be a positive whole number, got 0",
+    ),
     ("providers[0].protocol", "grpc", "providers[0].protocol: must be one of openai, anthropic"),
     ("providers[0].base_url", "localhost:9101", "providers[0].base_url: must be an http(s) URL"),
     (
@@ -390,8 +400,19 @@ def test_it_keeps_the_schema_words_in_step_with_the_models() -> None:
     assert set(limits.FIXED_WINDOWS) == set(Bucket.Window.values)
     assert set(schema.PROTOCOLS) == set(Provider.Protocol.values)
     assert set(schema.OVERLOAD_ACTIONS) == set(WorkloadClass.Overload.values)
+    assert set(schema.STREAM_RESERVATIONS) == set(WorkloadClass.StreamReservation.values)
     assert set(schema.ENVIRONMENTS) == set(App.Environment.values)
     assert {"" if s == "routing_cost" else s for s in schema.SORTS} == set(Tenant.Sort.values)
+
+
+def test_it_reads_how_a_workload_classs_streams_reserve_their_output() -> None:
+    data = reference()
+    data["workload_classes"][0].update(stream_reservation="increments", stream_step_tokens=64)
+    config = config_parse(data)
+    first, second = config.workload_classes[:2]
+    assert (first.stream_reservation, first.stream_step_tokens) == ("increments", 64)
+    # Not given: the whole maximum, as before (C10's default), and the core's step size.
+    assert (second.stream_reservation, second.stream_step_tokens) == ("max", 256)
 
 
 def test_it_parses_without_importing_the_orm() -> None:

@@ -184,6 +184,23 @@ def test_it_serves_a_quiet_tenant_before_a_backlogged_one(fq):
     assert order == ["b1", "a1", "a2", "a3", "a4"]
 
 
+@pytest.mark.parametrize(("cost", "order"), [(None, ["a1", "b1"]), (1000.0, ["b1", "a1"])])
+def test_it_charges_a_flow_the_cost_it_is_given_not_the_amount_reserved(fq, cost, order):
+    """A stream in steps (C10) reserves its first step but is charged its whole estimate."""
+    fq.enter("b0", [tenant("b"), TPM], tokens(500))
+    assert isinstance(fq.enter("a0", [tenant("a"), TPM], tokens(100), cost=cost), Grant)
+    assert fq.store.levels([TPM], now=T0)[0].available == 400  # it took 100 either way
+    fq.enter("c0", [tenant("c"), TPM], tokens(400))
+    fq.enter("a1", [tenant("a"), TPM], tokens(100))
+    fq.enter("b1", [tenant("b"), TPM], tokens(100))
+    served = []
+    for t in (1, 2):
+        fq.pump(T0 + t + 0.001)
+        served += list(fq.mail())
+    # a's last finish tag is 100 (what it reserved) or 1000 (its cost); b's is 500.
+    assert served == order
+
+
 def test_it_skips_a_flow_held_back_by_its_own_bucket(fq):
     own = tenant("a", rpm=1)  # one request per minute
     fq.enter("a1", [own, TPM], tokens(1000))

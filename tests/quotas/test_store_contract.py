@@ -253,6 +253,102 @@ def test_it_grants_conservatively_after_losing_its_state_then_learns(store):
     assert isinstance(store.reserve("n3", [CONC], Usage(), now=T0 + 32), Grant)
 
 
+# -- a stream's reservation in steps (C10): extend ------------------------------------------
+
+OUT = BucketSpec("out", "provider:beta", Dimension.OUTPUT_TOKENS, Rule.REFILL, 2000, 60)
+HOUR = BucketSpec(
+    "hour", "tenant:acme", Dimension.OUTPUT_TOKENS, Rule.FIXED_WINDOW, 5000, window=Window.HOUR
+)
+STEPPED = [RPM, CONC, DAY, SPEND, OUT]
+FIRST = Usage(input_tokens=1000, output_tokens=256, spend=0.5)
+STEP = Usage(requests=0.0, output_tokens=256, spend=0.25, concurrency=0.0)
+
+
+def test_it_extends_a_live_lease_in_every_dimension_its_output_counts_in(store):
+    grant = store.reserve("s1", STEPPED, FIRST, now=T0)
+    result = store.extend(grant, STEP, now=T0)
+    assert result.outcome is Outcome.EXTENDED
+    extended = result.grant
+    assert extended.taken() == {"rpm": 1, "conc": 1, "day": 1512, "spend": 0.75, "out": 512}
+    assert (extended.created_at, extended.expires_at) == (T0, T0 + 30)  # the lease is as it was
+    # Requests and the concurrency slot are taken once; the output step in every token and
+    # spend bucket.
+    assert avail(store, STEPPED, T0) == [2, 1, 5000 - 1512, 10 - 0.75, 2000 - 512]
+    # The final settle reconciles against all it took: the buckets hold the real usage.
+    settled = store.reconcile(
+        extended, Usage(input_tokens=900, output_tokens=600, spend=0.9), now=T0
+    )
+    got = {s.bucket: (s.estimated, s.actual, s.released, s.charged) for s in settled.settlements}
+    assert got["out"] == (512, 600, 0, 88)
+    assert got["day"] == (1512, 1500, 12, 0)
+    assert avail(store, STEPPED, T0)[1:] == [2, 5000 - 1500, 10 - 0.9, 2000 - 600]
+
+
+def test_it_settles_a_lease_against_its_steps_whichever_grant_the_caller_holds(store):
+    first = store.reserve("s1", [OUT, DAY], FIRST, now=T0)
+    store.extend(first, STEP, now=T0)
+    store.extend(first, STEP, now=T0)  # the caller kept the first grant: the record counts
+    store.reconcile(first, Usage(input_tokens=1000, output_tokens=100), now=T0)
+    assert avail(store, [OUT, DAY], T0) == [2000 - 100, 5000 - 1100]
+
+
+def test_it_refuses_an_extension_all_or_nothing_and_the_lease_still_settles(store):
+    grant = store.reserve("s1", STEPPED, FIRST, now=T0)
+    store.reserve("other", [OUT], Usage(output_tokens=1600), now=T0)
+    before = avail(store, STEPPED, T0)
+    result = store.extend(grant, STEP, now=T0)
+    assert result.outcome is Outcome.REFUSED and result.grant is None
+    refusal = result.refusal
+    assert (refusal.bucket, refusal.reason) == ("out", Reason.BUCKET_EXHAUSTED)
+    assert refusal.retry_at == T0 + (256 - 144) * 60 / 2000 + 1e-6
+    assert avail(store, STEPPED, T0) == before  # no partial take: day and spend untouched
+    # The answer was not cut: it settles its real usage, more than it holds (debt allowed).
+    settled = store.reconcile(grant, Usage(input_tokens=1000, output_tokens=400), now=T0)
+    got = {s.bucket: (s.estimated, s.actual, s.charged) for s in settled.settlements}
+    assert got["out"] == (256, 400, 144)
+    assert avail(store, [OUT], T0) == [2000 - 1600 - 400]
+
+
+def test_it_takes_nothing_for_a_lease_that_no_longer_holds(store):
+    grant = store.reserve("s1", STEPPED, FIRST, now=T0)
+    store.reconcile(grant, Usage(input_tokens=1000, output_tokens=100), now=T0 + 1)
+    before = avail(store, STEPPED, T0 + 1)
+    # A step that lands after the settle (its answer came back late) is a no-op.
+    assert store.extend(grant, STEP, now=T0 + 1).outcome is Outcome.CLOSED
+    assert avail(store, STEPPED, T0 + 1) == before
+    late = store.reserve("s2", [OUT], FIRST, now=T0 + 1)
+    assert store.extend(late, STEP, now=T0 + 31).outcome is Outcome.EXPIRED
+    ghost = Grant("never", T0, T0 + 30, late.parts)
+    assert store.extend(ghost, STEP, now=T0 + 31).outcome is Outcome.UNKNOWN
+    assert avail(store, [OUT], T0 + 31) == [2000]  # refilled: the ghost took nothing
+
+
+def test_it_keeps_a_step_taken_before_a_window_reset_counted_in_that_window(store):
+    boundary = (T0 // 3600 + 1) * 3600
+    grant = store.reserve("s1", [HOUR], FIRST, now=boundary - 1)
+    result = store.extend(grant, STEP, now=boundary + 1)  # the next step lands in a new hour
+    assert result.grant.taken() == {"hour": 512}
+    assert avail(store, [HOUR], boundary + 1) == [5000 - 256]
+    settled = store.reconcile(result.grant, Usage(output_tokens=300), now=boundary + 2)
+    # The new hour counts what the stream made beyond its first step (300 − 256), not the
+    # whole step: the first step stays counted in the hour it was taken in.
+    assert avail(store, [HOUR], boundary + 2) == [5000 - 44]
+    assert {s.bucket: (s.estimated, s.actual, s.released) for s in settled.settlements} == {
+        "hour": (512, 300, 212)
+    }
+
+
+def test_it_skips_a_shadow_bucket_that_would_refuse_an_extension(store):
+    trial = BucketSpec(
+        "trial", "app:web", Dimension.OUTPUT_TOKENS, Rule.REFILL, 300, 60, shadow=True
+    )
+    grant = store.reserve("s1", [OUT, trial], FIRST, now=T0)
+    result = store.extend(grant, STEP, now=T0)
+    assert result.outcome is Outcome.EXTENDED
+    assert result.grant.taken() == {"out": 512, "trial": 256}
+    assert [r.bucket for r in result.grant.shadow_refusals] == ["trial"]
+
+
 def test_it_charges_usage_that_bypassed_reservation(store):
     store.charge([(DAY, 4000.0), (SPEND, 2.0), (RPM, 5.0)], now=T0)
     assert avail(store, [DAY, SPEND, RPM], T0) == [1000, 8, -2]
@@ -265,6 +361,7 @@ op = st.one_of(
     st.tuples(st.just("reconcile"), st.floats(0, 60), st.integers(0, 9000), st.floats(0, 4)),
     st.tuples(st.just("release"), st.floats(0, 60), st.just(0), st.just(0.0)),
     st.tuples(st.just("renew"), st.floats(0, 30), st.just(0), st.just(0.0)),
+    st.tuples(st.just("extend"), st.floats(0, 400), st.integers(0, 3000), st.floats(0, 2)),
     st.tuples(st.just("reap"), st.floats(0, 120), st.just(0), st.just(0.0)),
     st.tuples(st.just("observe"), st.floats(0, 30), st.integers(0, 25000), st.floats(0, 60)),
     st.tuples(st.just("charge"), st.floats(0, 30), st.integers(0, 3000), st.floats(0, 3)),
@@ -294,7 +391,7 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
                 if kind == "reserve":
                     demand = Usage(input_tokens=amount, output_tokens=amount / 2, spend=extra)
                     results.append(s.reserve(f"r{i % 7}", REPLAYED, demand, now=now))
-                elif kind in ("reconcile", "release", "renew") and grants:
+                elif kind in ("reconcile", "release", "renew", "extend") and grants:
                     g = grants[-1 - i % min(3, len(grants))]
                     if kind == "reconcile":
                         usage = Usage(
@@ -306,6 +403,9 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
                         results.append(s.reconcile(g, usage, now=now))
                     elif kind == "release":
                         results.append(s.release(g, now=now))
+                    elif kind == "extend":
+                        more = Usage(requests=0, output_tokens=amount, spend=extra, concurrency=0)
+                        results.append(s.extend(g, more, now=now))
                     else:
                         results.append(s.renew(g, now=now, lease_seconds=20.0))
                 elif kind == "reap":

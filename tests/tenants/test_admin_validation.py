@@ -23,6 +23,8 @@ WORKLOAD = {
     "overload_action": "defer",
     "weight": "1",
     "retry_budget": "2",
+    "stream_reservation": "max",
+    "stream_step_tokens": "256",
 }
 
 
@@ -48,6 +50,22 @@ def test_it_saves_a_good_workload_class(personas: Personas) -> None:
 
     assert answer.status_code == 302
     assert WorkloadClass.objects.get(name="nightly").weight == 0.25
+
+
+def test_it_refuses_a_step_of_no_tokens_and_saves_a_class_that_streams_in_steps(
+    personas: Personas,
+) -> None:
+    client = personas.client(personas.staff)
+    answer = client.post(url(WorkloadClass, "add"), {**WORKLOAD, "stream_step_tokens": "0"})
+    assert "positive" in field_errors(answer, "stream_step_tokens")
+
+    answer = client.post(
+        url(WorkloadClass, "add"),
+        {**WORKLOAD, "stream_reservation": "increments", "stream_step_tokens": "64"},
+    )
+    assert answer.status_code == 302
+    saved = WorkloadClass.objects.get(name="nightly")
+    assert (saved.stream_reservation, saved.stream_step_tokens) == ("increments", 64)
 
 
 def _tenant_form(client: Client, tenant: Tenant, **fields: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@
 -- queue_settle; a script's reply is its first).
 -- A part whose actual amount equals what it took (a request count, an exact estimate) is left
 -- as it is: settling it would change nothing (core book.settle skips it too). Concurrency is
--- always released.
+-- always released. A row's fifth field (extend.lua) is what it took before its marker's window:
+-- counted as used there, so only the rest is settled in the marker's.
 local specs = specs_load(KEYS[3], ARGV[10])
 if not specs then return {'S'} end
 local now = clock(ARGV[1])
@@ -42,6 +43,8 @@ for _, row in ipairs(rec.rows) do
   local p = by_name[row[1]]
   if p then
     local taken, marker, skipped = row[2], row[3], row[4] == 1
+    -- what earlier steps of a stream took in windows before the marker's (extend.lua)
+    local locked = row[5] or 0
     local actual = 0
     if not release then
       actual = usage[p.dim]
@@ -58,14 +61,16 @@ for _, row in ipairs(rec.rows) do
       out[#out + 1] = '0'
       out[#out + 1] = '0'
     else
-      if actual ~= taken or p.rule == 'concurrency' then
+      local seg, held = taken, actual
+      if locked > 0 then seg, held = taken - locked, math.max(0, actual - locked) end
+      if held ~= seg or p.rule == 'concurrency' then
         local v = view(p, p.key, p.hkey, now, born, limit)
-        settle(p, v, p.key, p.hkey, now, taken, actual, marker, id)
+        settle(p, v, p.key, p.hkey, now, seg, held, marker, id)
       end
       out[#out + 1] = fmt(taken)
       out[#out + 1] = fmt(actual)
-      out[#out + 1] = fmt(math.max(0, taken - actual))
-      out[#out + 1] = fmt(math.max(0, actual - taken))
+      out[#out + 1] = fmt(math.max(0, seg - held))
+      out[#out + 1] = fmt(math.max(0, held - seg))
     end
   end
 end
