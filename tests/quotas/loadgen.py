@@ -11,6 +11,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio
 
@@ -148,23 +149,36 @@ def hold_and_hang(url: str, prefix: str, slots: int, ready_path: str) -> None:
     asyncio.run(_hold_and_hang(url, prefix, slots, ready_path))
 
 
-async def _churn(url: str, prefix: str, seconds: float, tasks: int, seed: int) -> Seen:
-    """Short requests plus a few streams that renew their lease, while Redis may lose state."""
+async def _churn(
+    url: str, prefix: str, after_flush: float, tasks: int, seed: int, ready: Any
+) -> Seen:
+    """Short requests plus a few streams that renew their lease, while Redis may lose state.
+
+    Puts ``seed`` on ``ready`` once it holds a grant, so the test flushes only while every
+    worker is busy (spawning is slow on a loaded machine), and goes on ``after_flush`` seconds
+    past the first "recovering" refusal it meets (at most ``CHURN_LIMIT`` in all)."""
     store = _store(url, prefix, lease=1.0)
     seen = Seen()
     rng = random.Random(seed)
-    stop = time.monotonic() + seconds
+    stop = time.monotonic() + CHURN_LIMIT
+    announced = False
 
     async def client(n: int) -> None:
+        nonlocal stop, announced
         i = 0
         while time.monotonic() < stop:
             i += 1
             try:
                 result = await store.reserve(f"{seed}-{n}-{i}", [CONC, FAST_RPM], Usage())
                 if not isinstance(result, Grant):
+                    if result.reason == "recovering" and "recovering" not in seen.reasons:
+                        stop = min(stop, time.monotonic() + after_flush)
                     seen.reasons[result.reason] = seen.reasons.get(result.reason, 0) + 1
                     await asyncio.sleep(rng.uniform(0.001, 0.01))
                     continue
+                if not announced:
+                    announced = True
+                    ready.put(seed)
                 if n % 10 == 0:  # a stream: 2.5 s, renewing every 0.3 s
                     end = time.monotonic() + 2.5
                     while time.monotonic() < end:
@@ -183,8 +197,13 @@ async def _churn(url: str, prefix: str, seconds: float, tasks: int, seed: int) -
     return seen
 
 
-def churn_worker(url: str, prefix: str, seconds: float, tasks: int, seed: int) -> Seen:
-    return asyncio.run(_churn(url, prefix, seconds, tasks, seed))
+CHURN_LIMIT = 30.0  # seconds: a worker that never sees the flush still ends
+
+
+def churn_worker(
+    url: str, prefix: str, after_flush: float, tasks: int, seed: int, ready: Any
+) -> Seen:
+    return asyncio.run(_churn(url, prefix, after_flush, tasks, seed, ready))
 
 
 def most_in_use(takes: list[float], gives: list[float]) -> int:

@@ -112,12 +112,15 @@ def test_it_survives_flushall_and_script_flush_under_load_within_capacity(redis_
     prefix = unique_prefix()
     admin = redis.Redis(port=redis_server.port)
     admin.hset(f"{prefix}:epoch", mapping={"born": "0", "until": "0"})
-    with SPAWN.Pool(4) as pool:
+    with SPAWN.Manager() as manager, SPAWN.Pool(4) as pool:
+        ready = manager.Queue()
         pending = pool.starmap_async(
             loadgen.churn_worker,
-            [(redis_server.url, prefix, 4.0, 20, seed) for seed in range(4)],
+            [(redis_server.url, prefix, 2.0, 20, seed, ready) for seed in range(4)],
         )
-        time.sleep(2.0)  # the workers are up (spawned) and busy
+        for _ in range(4):  # every worker is up (spawned) and holds a grant
+            ready.get(timeout=30)
+        time.sleep(0.3)  # and its streams are renewing
         seconds, micros = admin.time()
         before_flush = seconds + micros / 1e6
         admin.flushall()
