@@ -158,6 +158,7 @@ class _Writer:
                     "retry_budget": spec.retry_budget,
                     "stream_reservation": spec.stream_reservation,
                     "stream_step_tokens": spec.stream_step_tokens,
+                    "fallback_contract": spec.fallback_contract,
                 },
             )
         for spec in config.providers:

@@ -137,6 +137,7 @@ class WorkloadClassSpec:
     retry_budget: int
     stream_reservation: str = "max"
     stream_step_tokens: int = DEFAULT_STEP_TOKENS
+    fallback_contract: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -334,6 +335,7 @@ def parse_workload_class(s: Section) -> WorkloadClassSpec:
         retry_budget=s.field("retry_budget", non_negative_int, 2),
         stream_reservation=s.field("stream_reservation", choice(*STREAM_RESERVATIONS), "max"),
         stream_step_tokens=s.field("stream_step_tokens", positive_int, DEFAULT_STEP_TOKENS),
+        fallback_contract=s.field("fallback_contract", fallback_contract, {}),
     )
     s.done()
     return spec

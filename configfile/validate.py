@@ -56,6 +56,8 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
     workloads = known.workload_classes | {w.name for w in config.workload_classes}
     partners = known.partners | {p.name for p in config.partners}
 
+    for workload in config.workload_classes:
+        _contract_providers(errors, workload.path, workload.fallback_contract, providers)
     for model in config.models:
         _unique(
             errors,
@@ -69,13 +71,7 @@ def config_validate(config: Config, known: KnownNames, errors: Errors) -> None:
             _exists(errors, f"{model.path}.fallback_model", "model", model.fallback_model, models)
             if model.fallback_model == model.slug:
                 errors.add(f"{model.path}.fallback_model", "must name another model")
-        # F5: a misspelt provider in a contract would silently stop every fallback to it.
-        contract = model.fallback_contract if isinstance(model.fallback_contract, dict) else {}
-        contracted = contract.get("providers")
-        if isinstance(contracted, list):
-            for n, name in enumerate(contracted):
-                path = f"{model.path}.fallback_contract.providers[{n}]"
-                _exists(errors, path, "provider", name, providers)
+        _contract_providers(errors, model.path, model.fallback_contract, providers)
 
     secrets: dict[str, str] = {}
     for tenant in config.tenants:
@@ -143,6 +139,16 @@ def _unique(errors: Errors, what: str, items: Iterable[tuple[str, str]], key: st
         if name in seen:
             errors.add(f"{path}.{key}", f"duplicate {what} '{name}' (also {seen[name]})")
         seen.setdefault(name, path)
+
+
+def _contract_providers(
+    errors: Errors, path: str, contract: object, providers: Iterable[str]
+) -> None:
+    """F5: a misspelt provider in a contract would silently stop every fallback to it."""
+    listed = contract.get("providers") if isinstance(contract, dict) else None
+    if isinstance(listed, list):
+        for n, name in enumerate(listed):
+            _exists(errors, f"{path}.fallback_contract.providers[{n}]", "provider", name, providers)
 
 
 def _exists(errors: Errors, path: str, what: str, name: str, known: Iterable[str]) -> None:

@@ -337,6 +337,7 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
             tenant_sort=principal.tenant_default_sort or None,
             sticky=sticky,
             contract_reference=call.contract_reference if call.degraded_from else None,
+            contract=call.workload.contract,
             deadline_s=max(0.0, call.deadline - time.time()),
         )
     )
@@ -498,6 +499,8 @@ def _contract_named(call: Call, error: GatewayError) -> None:
     if not call.contract_refused:
         return
     model = call.degraded_from or _require_model(call).slug  # the route whose contract it is
+    if call.workload.contract is not None:  # which narrowed it
+        model = f"{model}, class {call.workload.name}"
     sentences = [contract_refusal(model, who, clause) for who, clause in call.contract_refused]
     error.message = f"{error.message} {'; '.join(sentences)}."
     error.reason = f"{error.reason}:fallback_contract"

@@ -9,6 +9,7 @@ from common.reader import non_negative_int, positive_int, positive_number
 from common.rules import ConfigRules, seconds
 from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.validation import bucket_defaults, bucket_errors
+from routing import validation as routing_validation
 
 
 class WorkloadClass(ConfigRules, models.Model):
@@ -40,6 +41,16 @@ class WorkloadClass(ConfigRules, models.Model):
         default=DEFAULT_STEP_TOKENS,
         help_text="Output tokens reserved per step when streams reserve in increments.",
     )
+    # F5: narrows the fallback contract of every route a request of this class takes.
+    fallback_contract = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "F5: what a fallback may differ in for requests of this class, narrowing the "
+            "model's own contract clause by clause (never widening it), e.g. "
+            '{"regions": "same", "max_latency_ratio": 1.5}. Empty: the model\'s contract alone.'
+        ),
+    )
 
     # A weight of 0 fails every request of the class, a deadline of 0 refuses them all (E1, D2).
     config_rules = {
@@ -48,6 +59,7 @@ class WorkloadClass(ConfigRules, models.Model):
         "weight": positive_number,
         "retry_budget": non_negative_int,
         "stream_step_tokens": positive_int,
+        "fallback_contract": routing_validation.fallback_contract,
     }
 
     class Meta:
@@ -57,6 +69,10 @@ class WorkloadClass(ConfigRules, models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if self.fallback_contract is None:  # an emptied admin field: no contract, not NULL
+            self.fallback_contract = {}
 
 
 class Bucket(models.Model):

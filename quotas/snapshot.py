@@ -20,6 +20,7 @@ from quotas.core.learned import (
 from quotas.core.model import BucketSpec
 from quotas.core.specs import bucket_spec_build, with_headroom, with_provider_rules
 from quotas.models import Bucket, WorkloadClass
+from routing.core.contracts import FallbackContract, contract_parse
 from routing.models import Provider
 
 # D1: the order in which a request's buckets are checked, narrowest scope first: the caller's
@@ -60,6 +61,8 @@ class Workload:
     # ``stream_step_tokens``, quotas.core.increments).
     stream_reservation: str = "max"
     stream_step_tokens: int = DEFAULT_STEP_TOKENS
+    # F5: narrows the route's fallback contract (None: the route's alone).
+    contract: FallbackContract | None = None
 
     @property
     def step_plan(self) -> StepPlan | None:
@@ -212,6 +215,7 @@ def quota_snapshot_build() -> QuotaSnapshot:
             retry_budget=w.retry_budget,
             stream_reservation=w.stream_reservation,
             stream_step_tokens=w.stream_step_tokens,
+            contract=contract_parse(w.fallback_contract) if w.fallback_contract else None,
         )
         for w in WorkloadClass.objects.all()
     }

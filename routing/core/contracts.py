@@ -9,6 +9,10 @@ the contract, and a refusal names the clause that stopped it (``contract_breach`
 Latency is compared as a price is: this request's expected seconds at the fallback (G4's wait,
 TTFT plus its output at the endpoint's measured speed) over those at the first choice, so an
 interactive route can say a fallback may be at most, say, 1.5 times slower.
+
+A workload class may state a contract too (a batch class held to cheaper fallbacks, an
+interactive one that must stay in the region): it narrows its route's, clause by clause
+(``contract_narrow``), so a route's promise holds whatever class a request comes in.
 """
 
 from __future__ import annotations
@@ -95,6 +99,39 @@ def contract_breach(
             if feature in first.supports and feature not in candidate.supports:
                 return f"feature {feature} unsupported (the first choice supports it)"
     return None
+
+
+def contract_narrow(route: FallbackContract, workload: FallbackContract | None) -> FallbackContract:
+    """The contract a request keeps to: its route's, narrowed by its workload class's (F5).
+
+    A class can only narrow what its route allows, never widen it: each clause is the
+    stricter of the two (providers and regions both listed: those in both; two ceilings: the
+    lower; a "same" clause in either: same)."""
+    if workload is None or workload.open:
+        return route
+    if route.open:
+        return workload
+    return FallbackContract(
+        providers=_both(route.providers, workload.providers),
+        same_region=route.same_region or workload.same_region,
+        regions=_both(route.regions, workload.regions),
+        max_price_ratio=_lower(route.max_price_ratio, workload.max_price_ratio),
+        max_latency_ratio=_lower(route.max_latency_ratio, workload.max_latency_ratio),
+        context_same_or_larger=route.context_same_or_larger or workload.context_same_or_larger,
+        features_same=route.features_same or workload.features_same,
+    )
+
+
+def _both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def _lower(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def contract_refusal(model: str, endpoint_id: str, clause: str) -> str:

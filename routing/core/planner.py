@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from routing.core.capacity import CapacityView, capacity_costs, capacity_refusal
 from routing.core.catalogue import EndpointConfig
-from routing.core.contracts import FallbackContract, contract_breach
+from routing.core.contracts import FallbackContract, contract_breach, contract_narrow
 from routing.core.cost import wait_seconds
 from routing.core.eligibility import candidates
 from routing.core.guards import cost_guard, fill
@@ -51,6 +51,8 @@ class RoutingRequest:
     # first route's contract, with that route's first choice and its price as the reference;
     # then every attempt of this plan is a fallback.
     contract_reference: ContractReference | None = None
+    # F5: the request's workload class's contract, which narrows its route's (never widens).
+    contract: FallbackContract | None = None
     # Seconds the request may wait for capacity (its workload's deadline): endpoints the
     # broker said will not have room sooner are left out of the plan (``capacity``).
     deadline_s: float | None = None
@@ -145,7 +147,8 @@ def plan_build(
         ):
             full = part.capacity_refused
         if first is None:
-            first, strategy, contract = part, model_strategy, table.model.contract
+            first, strategy = part, model_strategy
+            contract = contract_narrow(table.model.contract, request.contract)
         attempts.extend(table.endpoints[i] for i in part.order)
         costs.extend(part.costs[i] for i in part.order)
         if request.contract_reference is not None or (contract is not None and not contract.open):
@@ -542,7 +545,8 @@ def _plan_unpartitioned(
         if not request.features & CHECKED_FEATURES:
             table = table.plain  # as _model_part ranked it
         if first is None:
-            first, contract = part, table.model.contract
+            first = part
+            contract = contract_narrow(table.model.contract, request.contract)
         refused.extend(part.refused)
         for i in part.order:
             key = _sort_key(table, i, sort, part.input_tokens, part.output_tokens)

@@ -17,6 +17,7 @@ from configfile.management.commands import loadconfig
 from quotas.core.increments import StepPlan
 from quotas.models import Bucket, WorkloadClass
 from quotas.snapshot import quota_snapshot_build
+from routing.core.contracts import FallbackContract
 from routing.models import Endpoint, Model, Provider
 from tenants.keys import key_hash, key_matches, key_prefix
 from tenants.models import ApiKey, App, Partner, Team, Tenant
@@ -221,6 +222,23 @@ def test_it_loads_a_workload_class_whose_streams_reserve_in_increments(
     workloads = quota_snapshot_build().workloads
     assert workloads["interactive"].step_plan == StepPlan(step_tokens=128)
     assert workloads["background"].step_plan is None
+
+
+def test_it_loads_a_workload_class_contract_into_the_snapshot(
+    reference_path: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    data = reference_data(reference_path)
+    data["workload_classes"][0]["fallback_contract"] = {"regions": "same", "max_price_ratio": 1.2}
+
+    config_load(write(tmp_path, data), env=ENV)
+
+    interactive = WorkloadClass.objects.get(name="interactive")
+    assert interactive.fallback_contract == {"regions": "same", "max_price_ratio": 1.2}
+    workloads = quota_snapshot_build().workloads
+    assert workloads["interactive"].contract == FallbackContract(
+        same_region=True, max_price_ratio=1.2
+    )
+    assert workloads["background"].contract is None  # the route's contract alone
 
 
 def test_it_updates_only_what_changed(

@@ -499,3 +499,20 @@ def test_it_refuses_an_unknown_provider_in_a_fallback_contract() -> None:
     assert any(
         "models[0].fallback_contract.providers[1]: unknown provider 'btea'" in e for e in errors
     ), errors
+
+
+def test_it_reads_a_workload_class_contract_and_checks_its_clauses_and_providers() -> None:
+    data = reference()
+    data["workload_classes"][0]["fallback_contract"] = {"regions": "same"}
+
+    assert config_parse(data).workload_classes[0].fallback_contract == {"regions": "same"}
+    assert config_parse(data).workload_classes[1].fallback_contract == {}
+    bad_clause = errors_of(_edit("workload_classes[0].fallback_contract", {"region": "same"}))
+    assert any(
+        "workload_classes[0].fallback_contract: unknown clause 'region'" in e for e in bad_clause
+    ), bad_clause
+    misspelt = errors_of(_edit("workload_classes[1].fallback_contract", {"providers": ["btea"]}))
+    assert any(
+        "workload_classes[1].fallback_contract.providers[0]: unknown provider 'btea'" in e
+        for e in misspelt
+    ), misspelt

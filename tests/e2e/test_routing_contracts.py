@@ -46,6 +46,26 @@ CEILING = route("e2e/ceiling", {"max_price_ratio": 1.2}, ALPHA, BETA)
 OPEN = route("e2e/open", {}, ALPHA, BETA)
 
 
+# A workload class whose requests must stay in the first choice's region, whatever the route
+# allows; lighter than the app's own class, so a request may name it (x-switchyard-workload).
+RESIDENT_CLASS = {
+    "name": "resident",
+    "deadline": "10s",
+    "max_queue_depth": 100,
+    "overload": "reject",
+    "weight": 4,
+    "fallback_contract": {"regions": "same"},
+}
+
+
+def with_resident_class(edit):
+    def both(config: dict) -> None:
+        edit(config)
+        config["workload_classes"].append(RESIDENT_CLASS)
+
+    return both
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     running = Stack(
@@ -53,7 +73,9 @@ def stack(tmp_path_factory):
         redis_url=os.environ["REDIS_URL"],
         market=quiet_market(tmp_path_factory.mktemp("market")),
         latency_scale=0.1,
-        config_edit=routing_config(free_port(), [RESIDENT, RESIDENT_WIDE, CEILING, OPEN]),
+        config_edit=with_resident_class(
+            routing_config(free_port(), [RESIDENT, RESIDENT_WIDE, CEILING, OPEN])
+        ),
     )
     try:
         running.start()
@@ -70,7 +92,7 @@ def alpha_down(stack):
     incident_wait_over(stack, "alpha", ends)
 
 
-def ask(stack: Stack, model: str):
+def ask(stack: Stack, model: str, workload: str | None = None):
     before = sim_requests(stack)
     response = chat(
         stack,
@@ -80,13 +102,12 @@ def ask(stack: Stack, model: str):
             "max_tokens": 20,
             "provider": {"order": ["alpha"]},
         },
+        headers={"x-switchyard-workload": workload} if workload else None,
     )
     return response, sim_delta(before, sim_requests(stack))
 
 
-def test_a_fallback_in_another_region_is_never_tried_and_the_refusal_names_it(
-    stack, alpha_down
-):
+def test_a_fallback_in_another_region_is_never_tried_and_the_refusal_names_it(stack, alpha_down):
     response, calls = ask(stack, "e2e/resident")
 
     assert response.status_code >= 500, response.text
@@ -115,17 +136,16 @@ def test_a_fallback_above_the_price_ceiling_is_never_tried_and_the_refusal_names
     assert "price ratio 1.6 > 1.2" in message, message
 
 
-def test_a_fallback_inside_the_contract_serves_while_the_one_outside_is_skipped(
-    stack, alpha_down
-):
+def test_a_fallback_inside_the_contract_serves_while_the_one_outside_is_skipped(stack, alpha_down):
     response, calls = ask(stack, "e2e/resident-wide")
 
     assert response.status_code == 200, response.text
     assert response.headers["x-switchyard-provider"] == "gamma"
     assert ("beta", "chat-large-fast") not in calls, calls
     assert calls.get(("gamma", "chat-large")) == 1, calls
-    assert "e2e/resident-wide@beta:contract(region eu != us)" in (
-        response.headers["x-switchyard-route"]
+    assert (
+        "e2e/resident-wide@beta:contract(region eu != us)"
+        in (response.headers["x-switchyard-route"])
     )
 
 
@@ -136,3 +156,19 @@ def test_without_a_contract_the_same_fallback_serves(stack, alpha_down):
     assert response.status_code == 200, response.text
     assert response.headers["x-switchyard-provider"] == "beta"
     assert calls.get(("beta", "chat-large-fast")) == 1, calls
+
+
+def test_a_workload_class_contract_narrows_an_open_route_and_the_refusal_names_the_class(
+    stack, alpha_down
+):
+    response, calls = ask(stack, "e2e/open", workload="resident")
+
+    assert response.status_code >= 500, response.text
+    assert ("beta", "chat-large-fast") not in calls, calls  # open route, resident class
+    assert calls.get(("alpha", "chat-large"), 0) >= 1, calls
+    error = response.json()["error"]
+    assert (
+        "Fallback to 'e2e/open@beta' not allowed by the route's contract "
+        "(e2e/open, class resident): region eu != us" in error["message"]
+    ), error
+    assert error["reason"].endswith(":fallback_contract")

@@ -68,6 +68,25 @@ def test_it_refuses_a_step_of_no_tokens_and_saves_a_class_that_streams_in_steps(
     assert (saved.stream_reservation, saved.stream_step_tokens) == ("increments", 64)
 
 
+def test_it_refuses_a_bad_class_contract_naming_the_clause_and_saves_a_good_or_empty_one(
+    personas: Personas,
+) -> None:
+    client = personas.client(personas.staff)
+    answer = client.post(
+        url(WorkloadClass, "add"), {**WORKLOAD, "fallback_contract": '{"region": "same"}'}
+    )
+    assert "unknown clause 'region'" in field_errors(answer, "fallback_contract")
+
+    answer = client.post(
+        url(WorkloadClass, "add"), {**WORKLOAD, "fallback_contract": '{"regions": "same"}'}
+    )
+    assert answer.status_code == 302
+    assert WorkloadClass.objects.get(name="nightly").fallback_contract == {"regions": "same"}
+    answer = client.post(url(WorkloadClass, "add"), {**WORKLOAD, "name": "plain"})
+    assert answer.status_code == 302
+    assert WorkloadClass.objects.get(name="plain").fallback_contract == {}  # none: the route's
+
+
 def _tenant_form(client: Client, tenant: Tenant, **fields: str) -> dict[str, Any]:
     data = _resubmission(client.get(url(Tenant, "change", tenant.pk)))
     data.update(fields)

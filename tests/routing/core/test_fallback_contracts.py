@@ -14,7 +14,13 @@ from routing.core import (
     RoutingRequest,
     plan_explanation,
 )
-from routing.core.contracts import OPEN, FallbackContract, contract_breach, contract_parse
+from routing.core.contracts import (
+    OPEN,
+    FallbackContract,
+    contract_breach,
+    contract_narrow,
+    contract_parse,
+)
 from routing.core.stats import Outcome
 
 US = EndpointConfig("m@alpha", "alpha", "m", 1.0, 0.1, 2.0, 131072, 8192, region="us")
@@ -140,10 +146,17 @@ def test_parse_refuses_bad_clauses_clearly(value, words):
 ORDERED = ProviderPreferences(order=("alpha", "beta", "gamma", "delta"))
 
 
-def plan(contract, endpoints=(US, EU, US_DEAR, US_SMALL), **request):
+def plan(contract, endpoints=(US, EU, US_DEAR, US_SMALL), request_contract=None, **request):
     router = Router([ModelConfig("m", tuple(endpoints), contract=contract)])
     return router.plan(
-        RoutingRequest("m", input_tokens=1000, max_tokens=100, provider=ORDERED, **request),
+        RoutingRequest(
+            "m",
+            input_tokens=1000,
+            max_tokens=100,
+            provider=ORDERED,
+            contract=request_contract,
+            **request,
+        ),
         10.0,
         random.Random(0),
     )
@@ -188,6 +201,43 @@ def test_plan_drops_a_fallback_slower_than_the_latency_ceiling_by_its_measured_s
     [(who, clause)] = result.contract_refused
     assert (who, clause) == ("m@gamma", "latency ratio 3.99 > 2")  # the priors fade, not gone
     assert result.first_wait == pytest.approx(1.5, rel=0.01)
+
+
+def test_a_workload_class_contract_narrows_each_clause_to_the_stricter():
+    route = contract_parse(
+        {"providers": ["alpha", "beta", "gamma"], "regions": ["us", "eu"], "max_price_ratio": 2}
+    )
+    workload = contract_parse(
+        {"providers": ["beta", "gamma", "delta"], "regions": ["eu", "ca"], "max_price_ratio": 1.5,
+         "max_latency_ratio": 3, "features": "same"}
+    )  # fmt: skip
+
+    narrowed = contract_narrow(route, workload)
+
+    assert narrowed == FallbackContract(
+        providers=frozenset({"beta", "gamma"}),  # in both lists
+        regions=frozenset({"eu"}),
+        max_price_ratio=1.5,  # the lower ceiling
+        max_latency_ratio=3.0,  # the route has none: the class's
+        features_same=True,
+    )
+    assert contract_narrow(route, None) is route
+    assert contract_narrow(route, OPEN) is route
+    assert contract_narrow(OPEN, workload) is workload
+    # A class cannot widen its route: an open class clause leaves the route's "same".
+    assert contract_narrow(FallbackContract(same_region=True), workload).same_region
+
+
+def test_plan_keeps_to_the_route_and_the_workload_class_contract_both():
+    result = plan(
+        FallbackContract(max_price_ratio=1.5), request_contract=FallbackContract(same_region=True)
+    )
+    assert [e.provider for e in result.attempts] == ["alpha", "delta"]
+    assert result.contract_refused == (
+        ("m@beta", "region eu != us"),  # the class's clause
+        ("m@gamma", "price ratio 3 > 1.5"),  # the route's
+    )
+    assert result.contract == FallbackContract(same_region=True, max_price_ratio=1.5)
 
 
 def test_plan_never_drops_the_first_choice():
