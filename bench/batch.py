@@ -66,12 +66,20 @@ def scaled_market(folder: Path, scale: float) -> Path:
     return path
 
 
-def scaled_config(scale: float):
+def scaled_config(scale: float, slots: int | None = None):
+    """``slots``: a concurrency bucket of that many on the team both apps belong to
+    (acme/search: the interactive web app and the batch's indexer), so the two share one pool
+    of slots that the interactive load alone already waits for at times."""
+
     def edit(config: dict) -> None:
         for provider in config["providers"]:
             for limit in provider.get("limits", []):
                 if "capacity" in limit and limit["dimension"] != "spend":
                     limit["capacity"] = int(limit["capacity"] * scale)
+        if slots:
+            [acme] = [t for t in config["tenants"] if t["name"] == "acme"]
+            [search] = [t for t in acme["teams"] if t["name"] == "search"]
+            search.setdefault("limits", []).append({"dimension": "concurrency", "capacity": slots})
 
     return edit
 
@@ -171,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         database_url=db_url,
         redis_url=redis_server.url,
         market=scaled_market(folder, args.scale),
-        config_edit=scaled_config(args.scale),
+        config_edit=scaled_config(args.scale, args.slots),
         latency_scale=args.latency_scale,
     )
     try:
@@ -243,15 +251,21 @@ def report(result: dict[str, Any]) -> str:
         ("latency p99 (ms)", f"{base['lat_p99']:.0f}", f"{busy['lat_p99']:.0f}"),
     ]
     table = "\n".join(f"| {name} | {a} | {b} |" for name, a, b in rows)
+    slots_text = (
+        f"; the team acme/search (both apps) holds at most {args['slots']} requests at once"
+        if args["slots"]
+        else ""
+    )
     return f"""# Batch API beside interactive traffic (issue 18 item 4, E5)
 
 `.venv/bin/python bench/batch.py --lines {args["lines"]} --rate {args["rate"]} --baseline \
-{args["baseline"]} --scale {args["scale"]} --latency-scale {args["latency_scale"]}` — run
+{args["baseline"]} --scale {args["scale"]} --latency-scale {args["latency_scale"]}\
+{f" --slots {args['slots']}" if args["slots"] else ""}` — run
 {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on the shared 2-core machine (other sessions' work on
 it too). One stack: the provider simulator (reference market, failures off so every call is a
 first call; simulated latency x{args["latency_scale"]}), the gateway (1 uvicorn worker), one
 Celery worker (prefork, concurrency 1, with beat). Provider limits x{args["scale"]} of the
-reference config. The interactive load is open-loop Poisson at {args["rate"]} requests/s
+reference config{slots_text}. The interactive load is open-loop Poisson at {args["rate"]} requests/s
 (acme/search/web, class `interactive`, acme/chat-small, max_tokens 16); the batch is
 {args["lines"]} lines of the same model (class `batch`, weight 1, through the `openai` SDK:
 `files.create`, `batches.create`, polling `batches.retrieve` every 0.5 s, `files.content`).
@@ -287,6 +301,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, default=60.0)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--latency-scale", type=float, default=0.05)
+    parser.add_argument("--slots", type=int, default=None, help="team concurrency bucket")
     parser.add_argument("--timeout", type=float, default=1500.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
