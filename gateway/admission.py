@@ -273,6 +273,14 @@ def _admitted(
         ),
         default=1.0,
     )
+    call.slot_pools = tuple(
+        (bucket.spec.name, bucket.spec.capacity, part.remaining)
+        for bucket, part in zip(buckets.buckets, grant.parts, strict=True)
+        if bucket.spec.rule is Rule.CONCURRENCY
+        and part.remaining is not None
+        and bucket.spec.capacity > 0
+        and not bucket.spec.shadow
+    )
     plan = stream_plan(call)
     first = plan.first_step(demand.output_tokens) if plan is not None else demand.output_tokens
     return Admitted(endpoint, buckets, grant, demand, request, plan=plan, first_output=first)

@@ -21,12 +21,22 @@ multiplicative decrease), and once at one line pauses — 0.25 s, doubling to
 wait with it. So batch work holds at most ``BATCH_CONCURRENCY`` lines' reservations, of a
 contended pool at most one line's in the gaps between pauses, and stops drawing a bucket down
 once it holds less than ``BATCH_HEADROOM``: what is left is interactive traffic's burst room.
+
+A slot pool (a concurrency bucket) needs more than that: a slot is held for a whole answer, so
+an interactive burst that finds the batch in the slots waits until a batch line ends, and the
+batch's own lines, granted quickly between bursts, see no wait to back off on (bench/results/
+batch.md: 6 slots shared, p99 interactive wait 0 -> 47 ms). So each grant also tells the driver
+how many slots others held beside its own lines; the driver keeps the recent peak of that,
+forgotten one slot per ``SLOT_PEAK_FORGET_SECONDS``, and holds at most ``capacity - peak -
+SLOT_RESERVE`` lines in the pool — none while others' peak fills it, one again once the peak
+is forgotten far enough for a line to look again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
 from django.conf import settings
@@ -43,19 +53,27 @@ log = logging.getLogger(__name__)
 
 MIN_PAUSE_SECONDS = 0.25
 MAX_PAUSE_SECONDS = 8.0
+SLOT_PEAK_FORGET_SECONDS = 10.0
+SLOT_RESERVE = 1  # free beyond others' peak: the burst a little larger than any seen
 
 
 class Window:
     """How many lines the driver keeps running: AIMD between 1 and ``BATCH_CONCURRENCY``, and a
-    pause, doubling, while its lines wait at one line (``now``: monotonic seconds)."""
+    pause, doubling, while its lines wait at one line; in a slot pool, no more than others'
+    recent peak leaves free (``now``: monotonic seconds)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
         self.size = 1.0
         self.pause = 0.0
         self.paused_until = 0.0
+        self._peaks: dict[str, tuple[float, float, float]] = {}  # pool: capacity, peak, at
 
-    def ended(self, end: RunEnd | None, now: float) -> None:
+    def ended(self, end: RunEnd | None, now: float, held: int = 1) -> None:
+        """A line ended; ``held``: the driver's lines in flight with it, itself included."""
+        for pool, capacity, free in end.slot_pools if end is not None else ():
+            others = max(0.0, capacity - free - held)
+            self._peaks[pool] = (capacity, max(others, self._peak(pool, now)), now)
         if (
             end is None
             or end.queue_wait > settings.BATCH_IDLE_WAIT_SECONDS
@@ -70,7 +88,17 @@ class Window:
             self.pause /= 2  # forgotten gradually: the pool was contended not long ago
 
     def room(self, now: float) -> int:
-        return 0 if now < self.paused_until else int(self.size)
+        room = 0 if now < self.paused_until else int(self.size)
+        for pool, (capacity, _, _) in self._peaks.items():
+            left = int(capacity) - math.ceil(self._peak(pool, now)) - SLOT_RESERVE
+            room = min(room, max(0, left))
+        return room
+
+    def _peak(self, pool: str, now: float) -> float:
+        if pool not in self._peaks:
+            return 0.0
+        _, peak, at = self._peaks[pool]
+        return max(0.0, peak - (now - at) / SLOT_PEAK_FORGET_SECONDS)
 
 
 def batch_run(batch_id: str) -> str:
@@ -146,7 +174,7 @@ async def _step(batch: Batch, running: set[asyncio.Task[None]], window: Window) 
     elif batch.status == Batch.Status.IN_PROGRESS:
         room = window.room(time.monotonic()) - len(running)
         for job in await database_work(batches.batch_lines_take)(batch, room, now):
-            task = asyncio.create_task(_line(job, window))
+            task = asyncio.create_task(_line(job, window, running))
             running.add(task)
             task.add_done_callback(running.discard)
     if running:
@@ -154,6 +182,6 @@ async def _step(batch: Batch, running: set[asyncio.Task[None]], window: Window) 
     return bool(await database_work(batches.batch_lines_open)(batch))
 
 
-async def _line(job: Job, window: Window) -> None:
+async def _line(job: Job, window: Window, running: set[asyncio.Task[None]]) -> None:
     end = await job_runner.line_run(job)
-    window.ended(end, time.monotonic())
+    window.ended(end, time.monotonic(), held=len(running))  # this task leaves it once done

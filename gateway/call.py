@@ -47,6 +47,10 @@ class Call:
     # The least share of its capacity any bucket had left after the last grant: for a
     # scavenger (the batch driver, E5), the pools are not idle when it is low.
     headroom: float = 1.0
+    # The slot pools (concurrency buckets) the last grant held a slot in: (bucket, capacity,
+    # slots left free after it). A slot is held for a whole answer, not refilled, so the batch
+    # driver keeps free what other traffic's recent peak needs (gateway/batch_runner.py).
+    slot_pools: tuple[tuple[str, float, float], ...] = ()
     pinned_endpoint: str = ""  # a re-run job: where its earlier run sent it (gateway/sent_pins)
     conversation: str | None = None  # G12: the conversation this request continues
     route: str = ""  # G15: why the router chose as it did

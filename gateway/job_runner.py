@@ -109,11 +109,13 @@ def jobs_resume() -> int:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """How an answered run found the pools: seconds it waited in the fair queue, and the least
-    share of capacity its buckets had left after its grant."""
+    """How an answered run found the pools: seconds it waited in the fair queue, the least
+    share of capacity its buckets had left after its grant, and the slot pools it held a slot
+    in as (bucket, capacity, slots left free)."""
 
     queue_wait: float
     headroom: float
+    slot_pools: tuple[tuple[str, float, float], ...] = ()
 
 
 async def _run(job: Job, *, requeue: bool = True) -> RunEnd | None:
@@ -141,7 +143,9 @@ async def _run(job: Job, *, requeue: bool = True) -> RunEnd | None:
         await database_work(jobs.job_finish)(
             job, result.status_code, _stored(result), timezone.now()
         )
-        return RunEnd(seen[0].queue_wait, seen[0].headroom) if seen else None
+        if not seen:
+            return None
+        return RunEnd(seen[0].queue_wait, seen[0].headroom, seen[0].slot_pools)
     except Exception:  # the database is away: the lease expires, the resume task retries
         log.exception("job %s: its run could not be recorded", job.id)
         return None

@@ -324,3 +324,32 @@ def test_the_driver_grows_on_idle_capacity_and_backs_off_then_pauses_when_lines_
         window.ended(waited, 30.0)
     assert window.room(30.0 + batch_runner.MAX_PAUSE_SECONDS - 0.1) == 0
     assert window.room(30.0 + batch_runner.MAX_PAUSE_SECONDS + 0.1) == 1
+
+
+def test_the_driver_leaves_a_slot_pool_free_for_what_others_held_at_their_peak(
+    settings: Any,
+) -> None:
+    settings.BATCH_IDLE_WAIT_SECONDS = 0.05
+    settings.BATCH_HEADROOM = 0.25
+    window = Window(8)
+    for n in range(60):
+        window.ended(RunEnd(0.0, 0.9), n * 0.1)
+    assert window.room(6.0) == 8  # no slot pool seen: AIMD alone
+
+    # A grant in a 6-slot pool left 3 free while 1 of the driver's lines held one: others
+    # held 2, so the driver holds at most 6 - 2 - SLOT_RESERVE lines there.
+    window.ended(RunEnd(0.0, 0.5, (("team:search:slots", 6, 3),)), 10.0, held=1)
+    assert window.room(10.0) == 3
+    # Later others held 4 with 2 of the driver's lines in: none left beyond the reserve.
+    window.ended(RunEnd(0.0, 0.5, (("team:search:slots", 6, 0),)), 11.0, held=2)
+    assert window.room(11.0) == 1
+    # A smaller use does not lower the peak; time does, one slot per SLOT_PEAK_FORGET_SECONDS.
+    window.ended(RunEnd(0.0, 0.5, (("team:search:slots", 6, 4),)), 12.0, held=1)
+    assert window.room(12.0) == 1
+    forget = batch_runner.SLOT_PEAK_FORGET_SECONDS
+    assert window.room(11.0 + forget + 0.01) == 2  # the 4 seen at 11 s is under 3 by now
+    # Others filling the pool leave the driver nothing, until their peak is forgotten by one.
+    window.ended(RunEnd(0.0, 0.5, (("team:search:slots", 6, 0),)), 30.0, held=1)
+    assert window.room(30.0) == 0
+    assert window.room(30.0 + forget - 0.1) == 0
+    assert window.room(30.0 + forget + 0.1) == 1
