@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.model.counters import CLIENT_CLOSED, ProviderCounters
 from simulator.model.distributions import LogNormal
@@ -156,6 +156,40 @@ class ProviderBehaviour:
         per_model.input_tokens += plan.input_tokens
         per_model.cached_input_tokens += plan.cached_input_tokens
         return plan
+
+    def plan_batch(self, now: float, request: CompletionRequest) -> Plan | Rejection:
+        """Decide one line of a provider batch at ``now``: planned as a live call is (output,
+        tool calls, caching, failures, incidents), but outside the rate limits — a provider
+        runs batches in a queue of its own — and finished at once: nothing stays open. The
+        line is counted in ``counters.batch``, not as a live request."""
+        counters = self.counters.batch
+        if request.model not in self.spec.models:
+            return self._batch_rejection(now, 404, "model_not_found", request.input_tokens)
+        model = self.model_at(now, request.model)
+        if request.input_tokens > model.spec.context_window:
+            rejection = self._batch_rejection(
+                now, 400, "context_length_exceeded", request.input_tokens
+            )
+            return replace(rejection, limit=model.spec.context_window)
+        reserved = request.max_tokens or model.spec.max_output_tokens
+        plan = self._plan(now, request, model, reserved)
+        counters.input_tokens += plan.input_tokens
+        if plan.failure is None:
+            counters.output_tokens += plan.output_tokens
+        return plan
+
+    def _batch_rejection(
+        self, now: float, status: int, reason: RejectionReason, requested: int
+    ) -> Rejection:
+        return Rejection(
+            status=status,
+            reason=reason,
+            retryable=False,
+            retry_after_s=None,
+            limit=0,
+            requested=requested,
+            limits=self.limits.status(now),
+        )
 
     def finish(
         self, now: float, plan: Plan, output_tokens_sent: int, *, disconnected: bool = False

@@ -43,6 +43,36 @@ class KeyCounters:
 
 
 @dataclass
+class BatchCounters:
+    """What the batch API served (E5): lines answered there are not live ``requests``. Each
+    line's ``custom_id`` is counted, so a test can tell that none was answered twice."""
+
+    batches: int = 0
+    cancelled: int = 0
+    lines: int = 0  # answered (succeeded or errored), not cancelled
+    succeeded: int = 0
+    errored: int = 0
+    lines_cancelled: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    custom_ids: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "cancelled": self.cancelled,
+            "lines": self.lines,
+            "succeeded": self.succeeded,
+            "errored": self.errored,
+            "lines_cancelled": self.lines_cancelled,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "custom_ids": len(self.custom_ids),
+            "custom_ids_repeated": sum(1 for n in self.custom_ids.values() if n > 1),
+        }
+
+
+@dataclass
 class ProviderCounters:
     """Totals since start or the last reset; ``rate_limited`` counts 429s by reason."""
 
@@ -58,6 +88,7 @@ class ProviderCounters:
     disconnects: int = 0
     models: dict[str, ModelCounters] = field(default_factory=dict)
     keys: dict[str, KeyCounters] = field(default_factory=dict)
+    batch: BatchCounters = field(default_factory=BatchCounters)
 
     def key(self, name: str) -> KeyCounters:
         counters = self.keys.get(name)
@@ -101,4 +132,5 @@ class ProviderCounters:
             "disconnects": self.disconnects,
             "models": {name: counters.as_dict() for name, counters in sorted(self.models.items())},
             "keys": {name: counters.as_dict() for name, counters in sorted(self.keys.items())},
+            "batch": self.batch.as_dict(),
         }

@@ -139,6 +139,17 @@ class KeySpec:
 
 
 @dataclass(frozen=True)
+class BatchSpec:
+    """The provider's batch API (OpenAI's batches, Anthropic's message batches): lines are
+    answered by the same behaviour as live calls, outside the rate limits (a separate queue),
+    billed at ``1 - discount`` of the live price, all done ``turnaround`` seconds after the
+    batch was created (scaled by the simulator's latency scale), spread evenly over it."""
+
+    discount: float = 0.5
+    turnaround: float = 30.0
+
+
+@dataclass(frozen=True)
 class ProviderSpec:
     name: str
     port: int
@@ -148,6 +159,8 @@ class ProviderSpec:
     incidents: tuple[IncidentSpec, ...] = field(default=())
     # Empty: any key is accepted (one organisation, one key). Else only these keys are.
     keys: tuple[KeySpec, ...] = field(default=())
+    # None: the provider offers no batch API (its batch paths answer 404).
+    batch: BatchSpec | None = None
 
 
 _LATENCY_FIELDS = frozenset({"median", "p95"})
@@ -162,7 +175,10 @@ _LIMIT_FIELDS = frozenset(
     | {"concurrency", "requests_per_day"}
 )
 _INCIDENT_FIELDS = frozenset({"model", "at", "for", *_OVERRIDABLE})
-_PROVIDER_FIELDS = frozenset({"name", "port", "protocol", "limits", "models", "incidents", "keys"})
+_PROVIDER_FIELDS = frozenset(
+    {"name", "port", "protocol", "limits", "models", "incidents", "keys", "batch"}
+)
+_BATCH_FIELDS = frozenset({"discount", "turnaround"})
 _KEY_FIELDS = frozenset({"name", "key", "limits", "revoked"})
 
 
@@ -281,6 +297,16 @@ def parse_keys(node: Node) -> tuple[KeySpec, ...]:
     return keys
 
 
+def parse_batch(node: Node) -> BatchSpec:
+    node.mapping(_BATCH_FIELDS)
+    spec = BatchSpec()
+    if node.has("discount"):
+        spec = replace(spec, discount=node.get("discount").rate())
+    if node.has("turnaround"):
+        spec = replace(spec, turnaround=node.get("turnaround").duration(allow_zero=True))
+    return spec
+
+
 def parse_provider(node: Node) -> ProviderSpec:
     node.mapping(_PROVIDER_FIELDS)
     protocol = node.get("protocol").text()
@@ -304,6 +330,7 @@ def parse_provider(node: Node) -> ProviderSpec:
         models=models,
         incidents=incidents,
         keys=keys,
+        batch=parse_batch(node.get("batch")) if node.has("batch") else None,
     )
 
 

@@ -20,7 +20,9 @@ import orjson
 from simulator.model import CompletionRequest, MarketError, Plan, ProviderBehaviour, Rejection
 from simulator.model._reader import Node
 from simulator.model.market import parse_incident
+from simulator.server.anthropic_batches import AnthropicBatches
 from simulator.server.anthropic_wire import AnthropicWire
+from simulator.server.batches import BatchBook
 from simulator.server.common import (
     BadRequest,
     Content,
@@ -36,6 +38,7 @@ from simulator.server.embeddings import (
     embeddings_parse,
 )
 from simulator.server.http import Exchange
+from simulator.server.openai_batches import OpenAIBatches
 from simulator.server.openai_wire import OpenAIWire
 
 TOKENS_PER_EVENT = 3  # tokens per SSE delta event: real providers send 1–4
@@ -93,6 +96,22 @@ class ProviderApp:
         self._keyed: dict[str, asyncio.Future[tuple[Headers, bytes]]] = {}
         self._executions: Counter[str] = Counter()
         self._replays = 0
+        # E5: the provider's batch API, when the market gives it one (else its paths are 404s).
+        self.batches: OpenAIBatches | AnthropicBatches | None = None
+        if self.spec.batch is not None:
+            book = BatchBook(
+                behaviour,
+                self.wire,
+                self.spec.batch,
+                wire_rng,
+                latency_scale=latency_scale,
+                clock=clock,
+            )
+            self.batches = (
+                OpenAIBatches(book, self.wire)
+                if isinstance(self.wire, OpenAIWire)
+                else AnthropicBatches(book, self.wire)
+            )
 
     def __call__(self, exchange: Exchange) -> None:
         request = exchange.request
@@ -109,6 +128,8 @@ class ProviderApp:
             return exchange.respond(200, self.wire.request_headers(0.0), self.wire.models())
         if path.startswith("/v1/models/") and method == "GET":
             return self._send(exchange, self.wire.model(path.removeprefix("/v1/models/")))
+        if self.batches is not None and self.batches.handles(path):
+            return self._batch_api(exchange)
         if path == "/_stats" and method == "GET":
             return exchange.respond(200, [], orjson.dumps(self.stats()))
         if path == "/_calls" and method == "GET":
@@ -123,6 +144,8 @@ class ProviderApp:
             self._keyed.clear()
             self._executions.clear()
             self._replays = 0
+            if self.batches is not None:
+                self.batches.book.reset()
             return exchange.respond(200, [], b'{"reset": true}')
         if path == "/_incident" and method == "POST":
             return self._incident(exchange)
@@ -142,11 +165,18 @@ class ProviderApp:
     def stats(self) -> dict[str, Any]:
         now = self.clock()
         behaviour = self.behaviour
+        if self.batches is not None:
+            self.batches.book.stats()
         return {
             "provider": self.spec.name,
             "protocol": self.spec.protocol,
             "uptime_s": round(now - behaviour.started_at, 3),
             **behaviour.stats(),
+            "batch_api": (
+                {"discount": self.spec.batch.discount, "turnaround_s": self.spec.batch.turnaround}
+                if self.spec.batch is not None
+                else None
+            ),
             "requests_ignoring_retry_after": self._ignoring_retry_after,
             "limits": {
                 d.dimension: {"limit": d.limit, "remaining": d.remaining, "reset_s": d.reset_s}
@@ -413,6 +443,22 @@ class ProviderApp:
             )
         return native
 
+    # -- the batch API (E5) -------------------------------------------------------------------
+
+    def _batch_api(self, exchange: Exchange) -> None:
+        """A batch call: authenticated as a live call is (the same keys), then the wire's."""
+        request = exchange.request
+        refused = self.wire.authenticate(request.headers)
+        if refused is None:
+            refused, _ = self._key_check(request.headers)
+        if refused is not None:
+            return self._send(exchange, refused)
+        assert self.batches is not None
+        self._send(
+            exchange,
+            self.batches.serve(request.method, request.path, request.headers, request.body),
+        )
+
     # -- keys (B2) ---------------------------------------------------------------------------
 
     def _key_check(self, headers: dict[str, str]) -> tuple[Response | None, str | None]:
@@ -484,4 +530,4 @@ class ProviderApp:
 
     def _send(self, exchange: Exchange, response: Response) -> None:
         headers = response.headers + self.wire.request_headers(0.0, response.request_id)
-        exchange.respond(response.status, headers, response.body)
+        exchange.respond(response.status, headers, response.body, response.content_type)

@@ -31,6 +31,7 @@ class Response:
     headers: Headers
     body: bytes
     request_id: str | None = None  # when the body names one, the header must say the same
+    content_type: str = "application/json"
 
 
 class BadRequest(Exception):
