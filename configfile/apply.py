@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -272,6 +273,11 @@ class _Writer:
                         "max_output": ep.max_output,
                         "supports": ep.supports,
                         "region": ep.region,
+                        "batch_api": ep.batch is not None,
+                        "batch_discount": ep.batch.discount if ep.batch else Decimal("0.5"),
+                        "batch_turnaround_seconds": round(ep.batch.turnaround)
+                        if ep.batch
+                        else 86_400,
                         "quality_flagged": ep.quality_flagged,
                         "is_active": ep.is_active,
                     },

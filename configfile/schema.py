@@ -33,7 +33,13 @@ from common.reader import (
 )
 from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.limits import LimitSpec, parse_limit
-from routing.validation import CAPABILITIES, fallback_contract, region, routing_overrides
+from routing.validation import (
+    CAPABILITIES,
+    batch_discount,
+    fallback_contract,
+    region,
+    routing_overrides,
+)
 from tenants.keys import KEY_TYPE_PREFIX
 
 PROTOCOLS = ("openai", "anthropic")
@@ -107,6 +113,13 @@ class EndpointSpec:
     is_active: bool
     # The provider's limits on this one model for the organisation (endpoint scope, D1).
     limits: list[LimitSpec] = field(default_factory=list)
+    batch: BatchApiSpec | None = None  # E5: the provider's batch API for this model
+
+
+@dataclass(frozen=True)
+class BatchApiSpec:
+    discount: Decimal
+    turnaround: float  # seconds
 
 
 @dataclass(frozen=True)
@@ -301,6 +314,7 @@ def parse_endpoint(s: Section) -> EndpointSpec:
         quality_flagged=s.field("quality_flagged", boolean, False),
         is_active=s.field("active", boolean, True),
         limits=s.sections("limits", parse_limit),
+        batch=s.section("batch", parse_batch_api) if s.has("batch") else None,
     )
     both = isinstance(spec.max_output, int) and isinstance(spec.context_window, int)
     if both and spec.max_output > spec.context_window:
@@ -308,6 +322,17 @@ def parse_endpoint(s: Section) -> EndpointSpec:
             f"{s.path}.max_output",
             f"must not exceed context_window ({spec.context_window}), got {spec.max_output}",
         )
+    s.done()
+    return spec
+
+
+def parse_batch_api(s: Section) -> BatchApiSpec:
+    """``batch: {discount: 0.5, turnaround: 24h}``: the provider offers a batch API (E5)."""
+    discount = s.field("discount", batch_discount, 0.5)  # None when invalid (reported)
+    spec = BatchApiSpec(
+        discount=Decimal(str(discount if discount is not None else 0.5)),
+        turnaround=s.field("turnaround", duration, 86_400.0),
+    )
     s.done()
     return spec
 

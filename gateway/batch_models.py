@@ -81,6 +81,13 @@ class Batch(models.Model):
     completed = models.PositiveIntegerField(default=0)  # counts kept once the batch ends
     failed = models.PositiveIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # E5: how its lines run — "" not decided yet, "lines" each a job here, "provider" sent
+    # whole to an endpoint's batch API (gateway/provider_batches.py): which endpoint (router
+    # key), the provider's batch id once made, and the provider's counts while it runs.
+    path = models.CharField(max_length=8, blank=True, default="")
+    provider_endpoint = models.CharField(max_length=200, blank=True, default="")
+    provider_batch_id = models.CharField(max_length=100, blank=True, default="")
+    provider_counts = models.JSONField(null=True, blank=True)
     in_progress_at = models.DateTimeField(null=True, blank=True)
     finalizing_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)

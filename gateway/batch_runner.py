@@ -43,7 +43,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from common.db import database_work
-from gateway import batches, job_runner
+from gateway import batches, job_runner, provider_batches
 from gateway.batch_models import Batch
 from gateway.job_runner import RunEnd
 from gateway.models import Job
@@ -128,6 +128,13 @@ async def _drive(batch_id: str) -> None:
     renewed = time.monotonic()
     try:
         batch = await database_work(batches.batch_start)(batch_id, timezone.now())
+        if batch.status == Batch.Status.IN_PROGRESS and not batch.path:
+            batch.path = await provider_batches.batch_path_decide(batch)
+        if batch.path == provider_batches.PROVIDER:
+            await provider_batches.provider_drive(batch_id)
+            batch = await database_work(batches.batch_status)(batch_id)
+            if batch.path == provider_batches.PROVIDER:  # ended, or back to the line path
+                return
         while True:
             if time.monotonic() - renewed > settings.JOB_LEASE_SECONDS / 3:
                 await database_work(batches.batch_lease_extend)(batch_id, timezone.now())

@@ -402,11 +402,11 @@ def batch_counts(batch: Batch) -> dict[str, int]:
         completed=Count("pk", filter=Q(response_status__lt=400)),
         done=Count("pk"),
     )
-    return {
-        "total": batch.total,
-        "completed": counts["completed"],
-        "failed": counts["done"] - counts["completed"],
-    }
+    completed, failed = counts["completed"], counts["done"] - counts["completed"]
+    if batch.provider_counts:  # sent to a provider's batch API: its progress, until answered
+        completed = max(completed, int(batch.provider_counts.get("completed", 0)))
+        failed = max(failed, int(batch.provider_counts.get("failed", 0)))
+    return {"total": batch.total, "completed": completed, "failed": failed}
 
 
 def batch_data(batch: Batch) -> dict[str, Any]:

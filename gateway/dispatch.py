@@ -162,7 +162,7 @@ async def attempt_send(
             await response.aclose()
         attempt.status = response.status_code
         classified = adapter.classify(response.status_code, response.headers, content)
-        error = _caller_error(name, response.status_code, classified, attempt.limits.retry_after)
+        error = caller_error(name, response.status_code, classified, attempt.limits.retry_after)
         return _failed(attempt, classified, error)
     if stream:
         attempt.stream = response
@@ -191,7 +191,7 @@ def _failed(attempt: Attempt, classified: Classified, error: GatewayError) -> At
     return attempt
 
 
-def _caller_error(
+def caller_error(
     provider: str, status: int, classified: Classified, retry_after: float | None
 ) -> GatewayError:
     """What the caller sees when this provider failure ends the request.

@@ -181,6 +181,9 @@ class EndpointInline(TenantScopedInline, admin.TabularInline):  # type: ignore[t
         "max_output",
         "supports",
         "region",
+        "batch_api",
+        "batch_discount",
+        "batch_turnaround_seconds",
         "is_active",
     ]
     autocomplete_fields = ["provider"]

@@ -52,6 +52,10 @@ class EndpointEntry:
     max_output: int
     supports: frozenset[str]
     region: str = ""  # F5: data-residency tag
+    # E5: the provider's batch API for this model: the share off the price, the longest it takes.
+    batch_api: bool = False
+    batch_discount: float = 0.0
+    batch_turnaround: float = 86_400.0
 
     def cost(self, *, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
         """What the provider charges for this usage, in USD."""
@@ -140,6 +144,9 @@ def catalogue_build() -> Catalogue:
                 max_output=e.max_output,
                 supports=frozenset(e.supports or ()),
                 region=e.region,
+                batch_api=e.batch_api,
+                batch_discount=float(e.batch_discount),
+                batch_turnaround=float(e.batch_turnaround_seconds),
             )
         )
     models = {}

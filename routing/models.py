@@ -275,6 +275,22 @@ class Endpoint(ConfigRules, models.Model):
         default="",
         help_text="F5: data-residency tag (e.g. eu, us) a model's fallback contract may constrain.",
     )
+    batch_api = models.BooleanField(
+        default=False,
+        help_text="E5: the provider offers a batch API for this model (OpenAI's batches, "
+        "Anthropic's message batches); a Batch API batch may be sent there.",
+    )
+    batch_discount = models.DecimalField(
+        max_digits=4,
+        decimal_places=3,
+        default=Decimal("0.5"),
+        help_text="E5: the share of the price the provider takes off batch lines (0.5: half).",
+    )
+    batch_turnaround_seconds = models.PositiveIntegerField(
+        default=86_400,
+        help_text="E5: the longest the provider's batch API takes (its window); a batch goes "
+        "there only while at least this much of its own window is left.",
+    )
     is_active = models.BooleanField(default=True)
 
     # A string in ``supports`` would be read letter by letter; sizes of 0 fit no request.
@@ -286,6 +302,8 @@ class Endpoint(ConfigRules, models.Model):
         "max_output": positive_int,
         "supports": list_of(choice(*CAPABILITIES)),
         "region": validation.region,
+        "batch_discount": exact(validation.batch_discount),
+        "batch_turnaround_seconds": positive_int,
     }
 
     class Meta:

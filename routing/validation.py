@@ -45,6 +45,13 @@ def region(value: object) -> str:
     return value
 
 
+def batch_discount(value: object) -> float:
+    """E5: the share a provider takes off its batch price, from 0 (none) to below 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise Invalid(f"must be a share from 0 to below 1 (0.5: half price), got {value!r}")
+    return float(value)
+
+
 def fallback_contract(value: object) -> dict[str, Any]:
     """A model's fallback contract (F5, routing/core/contracts.py) as configured."""
     try:

@@ -201,6 +201,9 @@ BATCH_CONCURRENCY = env_int("BATCH_CONCURRENCY", 8)
 BATCH_IDLE_WAIT_SECONDS = env_float("BATCH_IDLE_WAIT_SECONDS", 0.05)
 BATCH_HEADROOM = env_float("BATCH_HEADROOM", 0.25)
 BATCH_POLL_SECONDS = env_float("BATCH_POLL_SECONDS", 0.5)
+# E5: a batch sent to a provider's own batch API is looked at every PROVIDER_BATCH_POLL_SECONDS
+# (gateway/provider_batches.py); a provider batch takes minutes to hours.
+PROVIDER_BATCH_POLL_SECONDS = env_float("PROVIDER_BATCH_POLL_SECONDS", 10.0)
 # A stored Responses answer (``store``) is deleted this long after it was made (s): OpenAI keeps
 # them 30 days. Old ones are looked for this often (s).
 RESPONSE_RETENTION_SECONDS = env_float("RESPONSE_RETENTION_SECONDS", 30 * 86400.0)

@@ -91,7 +91,7 @@ def test_the_market_parses_a_providers_batch_api_and_refuses_a_bad_one():
     spec = parse_provider(Node({**base, "batch": {"discount": 0.4, "turnaround": "1m"}}, "p"))
     assert spec.batch == BatchSpec(discount=0.4, turnaround=60.0)
     assert parse_provider(Node(base, "p")).batch is None
-    with pytest.raises(MarketError, match="p.batch.discount"):
+    with pytest.raises(MarketError, match=r"p\.batch\.discount"):
         parse_provider(Node({**base, "batch": {"discount": 1.5}}, "p"))
 
 
