@@ -133,8 +133,9 @@ async def _drive(batch_id: str) -> None:
         if batch.path == provider_batches.PROVIDER:
             await provider_batches.provider_drive(batch_id)
             batch = await database_work(batches.batch_status)(batch_id)
-            if batch.path == provider_batches.PROVIDER:  # ended, or back to the line path
+            if batch.path == provider_batches.PROVIDER:  # ended there (or the driver stopped)
                 return
+            # Else what the provider did not answer (or never took) runs here, line by line.
         while True:
             if time.monotonic() - renewed > settings.JOB_LEASE_SECONDS / 3:
                 await database_work(batches.batch_lease_extend)(batch_id, timezone.now())

@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 LINES, PROVIDER = "lines", "provider"
 OPT_OUT_KEY = "switchyard_batch_path"  # metadata: "lines" keeps the line-by-line path
 CHAT_URL = "/v1/chat/completions"
+# A line the provider's batch answered with one of these is not written: it runs here, line by
+# line, where the pipeline retries it within the batch class's budget (as any live call).
+RETRIED_HERE = frozenset({429, 500, 502, 503, 504, 529})
 
 
 @dataclass(frozen=True)
@@ -207,8 +210,9 @@ def _parse(job: Job) -> CanonicalRequest:
 
 async def provider_drive(batch_id: str) -> None:
     """Send the batch to its provider (unless sent), poll it until it ends, write its lines'
-    answers and finalize the batch. Raises when the database is away (the caller logs it;
-    the lease expires and another driver resumes here)."""
+    answers and end the batch — or hand what the provider did not answer back to the line
+    path. Raises when the database is away (the caller logs it; the lease expires and another
+    driver resumes here)."""
     renewed = time.monotonic()
     cancel_sent = False
     while True:
@@ -216,21 +220,28 @@ async def provider_drive(batch_id: str) -> None:
             await database_work(batches.batch_lease_extend)(batch_id, timezone.now())
             renewed = time.monotonic()
         batch = await database_work(batches.batch_status)(batch_id)
-        if batch.status in Batch.FINISHED:
+        if batch.status in Batch.FINISHED or batch.path != PROVIDER:
             return
+        ending = batch.status == Batch.Status.CANCELLING or timezone.now() >= batch.expires_at
         snapshot = await snapshot_current()
         endpoint = snapshot.catalogue.endpoints.get(batch.provider_endpoint)
-        if endpoint is None:
-            log.warning("batch %s: endpoint %s is gone; waiting", batch_id, batch.provider_endpoint)
+        if not batch.provider_batch_id and (ending or endpoint is None or not endpoint.batch_api):
+            # Nothing sent yet: cancelled or expired lines end here; others run here instead.
+            if ending:
+                await _finish(batch_id)
+            else:
+                await database_work(_path_set)(batch_id, LINES, "")
+            return
+        if endpoint is None:  # deactivated with the batch in flight: until it is back
+            log.warning("batch %s: endpoint %s is gone", batch_id, batch.provider_endpoint)
+            if ending:
+                await _finish(batch_id)
+                return
         else:
             try:
                 if not batch.provider_batch_id:
-                    if not await _submit(batch, endpoint):
-                        return  # back to the line-by-line path: the caller drives it
+                    await _submit(batch, endpoint)
                     continue
-                ending = (
-                    batch.status == Batch.Status.CANCELLING or timezone.now() >= batch.expires_at
-                )
                 if ending and not cancel_sent:
                     await batch_cancel(endpoint, batch.provider_batch_id)
                     cancel_sent = True
@@ -238,7 +249,7 @@ async def provider_drive(batch_id: str) -> None:
                 if state.ended:
                     results = await batch_results(endpoint, batch.provider_batch_id)
                     await results_write(batch, snapshot, endpoint, results)
-                    await _finish(batch)
+                    await _finish(batch_id)
                     return
                 counts = {"completed": state.completed, "failed": state.failed}
                 await database_work(_counts_set)(batch_id, counts)
@@ -247,32 +258,44 @@ async def provider_drive(batch_id: str) -> None:
         await asyncio.sleep(settings.PROVIDER_BATCH_POLL_SECONDS)
 
 
-async def _submit(batch: Batch, endpoint: EndpointEntry) -> bool:
-    """Create the provider batch; False when the provider refused it (4xx: it has no batch API
-    after all, or will not take these lines), and the batch goes back to the line path."""
+async def _submit(batch: Batch, endpoint: EndpointEntry) -> None:
+    """Create the provider batch; when the provider refuses it (a 4xx: it has no batch API
+    after all, or will not take these lines) or a line no longer translates (the endpoint
+    changed), the batch goes back to the line path."""
     lines = await database_work(_lines_open)(batch)
-    wire = [(job.id, line_json(endpoint, _parse(job).body)) for job in lines]
     try:
+        wire = [(job.id, line_json(endpoint, _parse(job).body)) for job in lines]
         provider_batch_id = await batch_submit(endpoint, wire, key=batch.id)
-    except ProviderBatchError as error:
-        if 400 <= error.status < 500 and error.status != 429:
-            log.warning("batch %s: %s; its lines run here instead", batch.id, error)
-            await database_work(_path_set)(batch.id, LINES, "")
-            return False
-        raise
+    except (GatewayError, RequestNotSupported, ProviderBatchError) as error:
+        status = error.status if isinstance(error, ProviderBatchError) else 400
+        if not 400 <= status < 500 or status == 429:
+            raise  # the provider is away or busy: the next poll tries again
+        log.warning("batch %s: %s; its lines run here instead", batch.id, error)
+        await database_work(_path_set)(batch.id, LINES, "")
+        return
     await database_work(_provider_id_set)(batch.id, provider_batch_id)
     log.info("batch %s: sent to %s as %s", batch.id, endpoint.key, provider_batch_id)
-    return True
 
 
-async def _finish(batch: Batch) -> None:
+async def _finish(batch_id: str) -> None:
+    """The provider's batch ended (or never went out): a cancelled or expired batch's unrun
+    lines end unrun and the batch is finalized; in an open batch, lines the provider did not
+    answer (or answered 429 / 5xx, which the line path would retry) run here."""
     now = timezone.now()
+    batch = await database_work(batches.batch_status)(batch_id)
     if batch.status == Batch.Status.CANCELLING:
         code, message = "batch_cancelled", "The batch was cancelled first."
-    else:
+    elif now >= batch.expires_at:
         code, message = "batch_expired", "The batch's completion window ended before this ran."
-    await database_work(batches.batch_lines_stop)(batch, now, code=code, message=message)
-    await database_work(batches.batch_finalize)(batch.id, now)
+    elif await database_work(batches.batch_lines_open)(batch):
+        log.info("batch %s: the provider left lines unanswered; they run here", batch_id)
+        await database_work(_path_set)(batch_id, LINES, batch.provider_endpoint)
+        return
+    else:
+        code, message = "", ""
+    if code:
+        await database_work(batches.batch_lines_stop)(batch, now, code=code, message=message)
+    await database_work(batches.batch_finalize)(batch_id, now)
 
 
 # -- reconciling -------------------------------------------------------------------------------
@@ -290,8 +313,8 @@ async def results_write(
     answers: list[tuple[str, int, dict[str, Any], float]] = []
     for result in results:
         job = jobs.get(result.custom_id)
-        if job is None or not result.status:
-            continue  # not this batch's, answered already, or never run
+        if job is None or not result.status or result.status in RETRIED_HERE:
+            continue  # not this batch's, answered already, never run, or to run here
         call = Call(id=job.generation_id, created=job.created_at.timestamp(), door=CHAT)
         call.started -= time.time() - call.created  # its latency: from the batch's start
         call.principal, call.model, call.workload, call.endpoint = (
@@ -358,7 +381,10 @@ def _lines_open(batch: Batch) -> list[Job]:
 
 
 def _path_set(batch_id: str, path: str, endpoint_key: str) -> None:
-    Batch.objects.filter(pk=batch_id).update(path=path, provider_endpoint=endpoint_key)
+    """The batch's path; back on the line path, its counts are its lines' again."""
+    Batch.objects.filter(pk=batch_id).update(
+        path=path, provider_endpoint=endpoint_key, provider_counts=None
+    )
 
 
 def _provider_id_set(batch_id: str, provider_batch_id: str) -> None:

@@ -272,9 +272,10 @@ class EndpointAdmin(ConfigModelAdmin):
         "price_output",
         "context_window",
         "max_output",
+        "batch_api",
         "is_active",
     ]
-    list_filter = ["is_active", "provider"]
+    list_filter = ["is_active", "provider", "batch_api"]
     search_fields = ["model__slug", "provider__name", "upstream_model"]
     autocomplete_fields = ["model", "provider"]
     list_select_related = ["model", "provider"]

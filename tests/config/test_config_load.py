@@ -17,6 +17,7 @@ from configfile.management.commands import loadconfig
 from quotas.core.increments import StepPlan
 from quotas.models import Bucket, WorkloadClass
 from quotas.snapshot import quota_snapshot_build
+from routing.catalogue import catalogue_build
 from routing.core.contracts import FallbackContract
 from routing.models import Endpoint, Model, Provider
 from tenants.keys import key_hash, key_matches, key_prefix
@@ -476,3 +477,33 @@ def test_it_loads_the_shared_example_unchanged(redis_prefix: str) -> None:
 
     assert Model.objects.filter(slug="acme/chat-large").exists()
     assert ApiKey.objects.count() >= 1
+
+
+def test_it_loads_an_endpoints_batch_api_into_the_catalogue(
+    reference_path: Path, redis_prefix: str, tmp_path: Path
+) -> None:
+    data = reference_data(reference_path)
+    data["models"][0]["endpoints"][1]["batch"] = {"discount": 0.4, "turnaround": "2h"}
+
+    config_load(write(tmp_path, data), env=ENV)
+
+    beta = Endpoint.objects.get(model__slug="acme/chat-large", provider__name="beta")
+    assert (
+        beta.batch_api,
+        str(beta.batch_discount.normalize()),
+        beta.batch_turnaround_seconds,
+    ) == (
+        True,
+        "0.4",
+        7200,
+    )
+    entries = {e.key: e for e in catalogue_build().endpoints.values()}
+    assert (
+        entries["acme/chat-large@beta"].batch_api,
+        entries["acme/chat-large@beta"].batch_discount,
+    ) == (True, 0.4)
+    assert entries["acme/chat-large@alpha"].batch_api is False
+    # Dropped from the file later: the endpoint no longer offers it.
+    del data["models"][0]["endpoints"][1]["batch"]
+    config_load(write(tmp_path, data), env=ENV)
+    assert Endpoint.objects.get(pk=beta.pk).batch_api is False

@@ -516,3 +516,32 @@ def test_it_reads_a_workload_class_contract_and_checks_its_clauses_and_providers
         "workload_classes[1].fallback_contract.providers[0]: unknown provider 'btea'" in e
         for e in misspelt
     ), misspelt
+
+
+def test_it_reads_an_endpoints_batch_api() -> None:
+    data = reference()
+    data["models"][0]["endpoints"][1]["batch"] = {"discount": 0.4, "turnaround": "2h"}
+    data["models"][0]["endpoints"][2]["batch"] = {}
+
+    endpoints = config_parse(data).models[0].endpoints
+
+    assert endpoints[0].batch is None  # no batch API unless the endpoint says so
+    assert endpoints[1].batch == schema.BatchApiSpec(discount=Decimal("0.4"), turnaround=7200.0)
+    # An empty section: the provider's usual terms, half price within a day.
+    assert endpoints[2].batch == schema.BatchApiSpec(discount=Decimal("0.5"), turnaround=86400.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ({"discount": 1}, "models[0].endpoints[0].batch.discount: must be a share from 0"),
+        ({"discount": "half"}, "models[0].endpoints[0].batch.discount: must be a share from 0"),
+        ({"turnaround": 30}, "models[0].endpoints[0].batch.turnaround: must be a duration"),
+        ({"window": "1h"}, "models[0].endpoints[0].batch.window"),
+        (True, "models[0].endpoints[0].batch: must be a mapping"),
+    ],
+)
+def test_it_refuses_a_bad_batch_api_by_its_path(value: object, fragment: str) -> None:
+    errors = errors_of(_edit("models[0].endpoints[0].batch", value))
+
+    assert any(fragment in error for error in errors), errors

@@ -178,6 +178,26 @@ def test_the_caller_keeps_the_line_by_line_path_with_its_metadata(stack):
     assert live_calls(stack, "pb-lines") == 5  # each line called live, once
 
 
+def test_lines_the_provider_answers_5xx_run_here_line_by_line(stack):
+    client = sdk(stack)
+    before = sim_stats(stack, "alpha")["batch"]
+    incident = {"model": "chat-small", "error_rate": 0.5, "for": "3s"}
+    httpx.post(f"{stack.sim_url('alpha')}/_incident", json=incident, timeout=10).raise_for_status()
+    created = submit(client, lines_for(SMALL, 30, "pb-5xx"))
+    done = batch_wait(client, created.id, timeout=120)
+
+    assert done.status == "completed", done
+    assert (done.request_counts.completed, done.request_counts.failed) == (30, 0)
+    records = output_lines(client, done.output_file_id)
+    assert len(records) == 30 and {r["response"]["status_code"] for r in records} == {200}
+    after = sim_stats(stack, "alpha")["batch"]
+    errored = after["errored"] - before["errored"]
+    assert 0 < errored < 30 and after["succeeded"] - before["succeeded"] == 30 - errored
+    # Each line the provider's batch failed was called live here (retried if it failed again).
+    assert live_calls(stack, "pb-5xx") >= errored
+    assert after["custom_ids_repeated"] == 0
+
+
 def test_it_forwards_a_cancel_to_the_provider(stack):
     client = sdk(stack)
     before = sim_stats(stack, "alpha")["batch"]
@@ -220,6 +240,8 @@ def test_a_worker_killed_while_the_provider_batch_runs_still_completes_every_lin
     celery = stack.processes["celery"]
     os.killpg(celery.pid, signal.SIGKILL)  # mid-poll: the worker, its pool and beat
     celery.wait(timeout=10)
+    in_flight = client.batches.retrieve(created.id)
+    assert in_flight.status == "in_progress" and in_flight.request_counts.completed < 200
     time.sleep(1.0)
     stack._start_celery()
     done = batch_wait(client, created.id, timeout=180)

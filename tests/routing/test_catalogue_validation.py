@@ -40,6 +40,8 @@ def endpoint_form(**fields: str) -> dict[str, str]:
         "max_output": "4096",
         "supports": '["tools", "stream"]',
         "quality_note": "",
+        "batch_discount": "0.5",
+        "batch_turnaround_seconds": "86400",
         "is_active": "on",
         **fields,
     }
@@ -55,6 +57,8 @@ BAD_ENDPOINTS = {
     "features as a string": ("supports", '"tools"', "must be a list"),
     "unknown feature": ("supports", '["tools", "teleport"]', "[1]: must be one of tools"),
     "region not a tag": ("region", "Europe West", "must be a region tag"),
+    "batch discount of all": ("batch_discount", "1", "must be a share from 0 to below 1"),
+    "batch turnaround 0": ("batch_turnaround_seconds", "0", "positive whole number"),
 }
 
 
