@@ -283,8 +283,8 @@ class BatchAdmin(TenantRowsAdmin):
     # Where it stands first, the long id last: the list fits a 1280 px window beside the
     # admin's sidebar.
     list_display = ["created_at", "status", "progress", "tenant", "endpoint", "id", "expires_at"]
-    list_filter = [TenantFilter, "status", "endpoint"]
-    search_fields = ["id", "input_file__id"]
+    list_filter = [TenantFilter, "status", "endpoint", "path"]
+    search_fields = ["id", "input_file__id", "provider_batch_id"]
     date_hierarchy = "created_at"
     show_full_result_count = False
 

@@ -23,6 +23,18 @@ from routing.catalogue import EndpointEntry
 
 OPENAI_LINE_URL = "/v1/chat/completions"  # a line's url in OpenAI's batch file
 COMPLETION_WINDOW = "24h"  # the only window OpenAI's batches take
+# An errored message-batch result carries the error a live call would have had, without its
+# HTTP status: the status of that error type.
+ANTHROPIC_STATUSES = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
 
 
 class ProviderBatchError(Exception):
@@ -140,7 +152,7 @@ def _anthropic_result(record: dict[str, Any]) -> LineResult:
         return LineResult(record["custom_id"], 200, result.get("message") or {})
     if kind == "errored":
         error = result.get("error") or {}
-        status = 400 if (error.get("error") or {}).get("type") == "invalid_request_error" else 500
+        status = ANTHROPIC_STATUSES.get(str((error.get("error") or {}).get("type")), 500)
         return LineResult(record["custom_id"], status, error)
     return LineResult(record["custom_id"], 0, {})  # canceled, expired
 
