@@ -78,6 +78,28 @@ CHAT_URL = "/v1/chat/completions"
 RETRIED_HERE = frozenset({429, 500, 502, 503, 504, 529})
 
 
+class _Heartbeat:
+    """Long work over a batch's lines on the worker's shared loop: every ``EVERY`` lines it
+    lets the loop's other runs go on, and it keeps the batch's lease while it lasts (a lease
+    that ran out would hand the batch to a second driver)."""
+
+    EVERY = 250
+
+    def __init__(self, batch_id: str) -> None:
+        self.batch_id = batch_id
+        self.count = 0
+        self.renewed = time.monotonic()
+
+    async def beat(self) -> None:
+        self.count += 1
+        if self.count % self.EVERY:
+            return
+        await asyncio.sleep(0)
+        if time.monotonic() - self.renewed > settings.JOB_LEASE_SECONDS / 3:
+            await database_work(batches.batch_lease_extend)(self.batch_id, timezone.now())
+            self.renewed = time.monotonic()
+
+
 @dataclass(frozen=True)
 class PathChoice:
     path: str  # LINES or PROVIDER
@@ -148,7 +170,9 @@ async def _choose(
     translates, estimate = True, 0.0
     if endpoint is not None:
         priced = batch_price(endpoint)
+        heartbeat = _Heartbeat(batch.id)
         for job in lines:
+            await heartbeat.beat()
             try:
                 request = _parse(job)
                 line_json(endpoint, request.body)
@@ -264,7 +288,11 @@ async def _submit(batch: Batch, endpoint: EndpointEntry) -> None:
     changed), the batch goes back to the line path."""
     lines = await database_work(_lines_open)(batch)
     try:
-        wire = [(job.id, line_json(endpoint, _parse(job).body)) for job in lines]
+        heartbeat = _Heartbeat(batch.id)
+        wire = []
+        for job in lines:
+            await heartbeat.beat()
+            wire.append((job.id, line_json(endpoint, _parse(job).body)))
         provider_batch_id = await batch_submit(endpoint, wire, key=batch.id)
     except (GatewayError, RequestNotSupported, ProviderBatchError) as error:
         status = error.status if isinstance(error, ProviderBatchError) else 400
@@ -311,7 +339,9 @@ async def results_write(
     workload = snapshot.quotas.workloads.get(settings.BATCH_WORKLOAD, DEFAULT_WORKLOAD)
     priced = batch_price(endpoint)
     answers: list[tuple[str, int, dict[str, Any], float]] = []
+    heartbeat = _Heartbeat(batch.id)
     for result in results:
+        await heartbeat.beat()
         job = jobs.get(result.custom_id)
         if job is None or not result.status or result.status in RETRIED_HERE:
             continue  # not this batch's, answered already, never run, or to run here
