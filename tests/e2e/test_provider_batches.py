@@ -22,6 +22,7 @@ from tests.e2e.batch_support import (
     output_lines,
     sdk,
 )
+from tests.e2e.brokerstate import bucket_available
 from tests.stack import Stack, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.e2e
 SMALL = "acme/chat-small"  # alpha (OpenAI wire) offers its batch API for it
 LARGE = "acme/chat-large"  # beta (Anthropic wire) offers its batch API for it
 DISCOUNT = 0.5
+SPEND = "tenant:acme:spend:rolling-5h"  # acme's spend budget: 50 USD in 5 hours
 
 
 def market(folder):
@@ -111,8 +113,14 @@ def ledger_rows(stack, generation_ids):
 def test_it_sends_a_batch_to_an_openai_wire_providers_batch_api_and_reconciles_it(stack):
     client = sdk(stack)
     before = sim_stats(stack, "alpha")["batch"]
+    spend_before = bucket_available(stack, SPEND)
     created = submit(client, lines_for(SMALL, 40, "pb-oa"))
-    done = batch_wait(client, created.id, timeout=120)
+    seen = set()  # the counts shown while the provider worked
+    deadline = time.monotonic() + 120
+    while (done := client.batches.retrieve(created.id)).status not in ("completed", "failed"):
+        seen.add(done.request_counts.completed)
+        assert time.monotonic() < deadline, done
+        time.sleep(0.1)
 
     assert done.status == "completed", done
     assert (done.request_counts.completed, done.request_counts.failed) == (40, 0)
@@ -139,6 +147,11 @@ def test_it_sends_a_batch_to_an_openai_wire_providers_batch_api_and_reconciles_i
             Decimal(str(round(full * (1 - DISCOUNT), 8))), abs=Decimal("1e-8")
         )
     assert sum(r[4] for r in rows) == after["output_tokens"] - before["output_tokens"]
+    # request_counts followed the provider's progress, not only its end.
+    assert any(0 < n < 40 for n in seen), seen
+    # The tenant's spend budget was charged what the lines cost at the batch price.
+    spent = float(sum(row[1] for row in rows))
+    assert spend_before - bucket_available(stack, SPEND) == pytest.approx(spent, rel=1e-3)
     # The answer names the cost at the batch price too.
     usage = records[0]["response"]["body"]["usage"]
     assert usage["cost"] == pytest.approx(
