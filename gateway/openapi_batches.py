@@ -97,6 +97,9 @@ BATCH_CREATE: Schema = {
         "completion_window": {"enum": list(COMPLETION_WINDOWS)},
         "metadata": {
             "type": ["object", "null"],
+            "description": "Up to 16 string pairs, kept with the batch. "
+            "'switchyard_batch_path': 'lines' keeps the lines here, one by one, even when an "
+            "endpoint of their model offers a provider batch API.",
             "maxProperties": MAX_METADATA,
             "propertyNames": {"maxLength": 64},
             "additionalProperties": {"type": "string", "maxLength": 512},
