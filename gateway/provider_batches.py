@@ -7,7 +7,9 @@ the provider when
   3. every line names the same model, which the batch's API key may use, and that model has an
      active endpoint whose provider offers a batch API (``batch_api``; the first in the
      model's order),
-  4. every line translates to that provider's wire (as a live call's would),
+  4. no line asks for its own routing (``provider`` preferences, ``models`` fallbacks, a
+     ``:floor`` / ``:nitro`` suffix), and every line needs only what the endpoint ``supports``
+     and translates to its provider's wire (as a live call's would),
   5. the provider's turnaround (``batch_turnaround_seconds``) fits in what is left of the
      batch's ``completion_window``, and
   6. the tenant's spend buckets have room for the whole batch's estimate at the batch price;
@@ -65,7 +67,7 @@ from gateway.snapshot import Snapshot
 from quotas.broker import attempt_buckets, broker_get
 from quotas.core.model import BucketSpec, Dimension
 from routing.catalogue import EndpointEntry, ModelEntry
-from routing.core.overrides import model_suffix_split
+from routing.core.overrides import ProviderPreferences, model_suffix_split
 from tenants.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ log = logging.getLogger(__name__)
 LINES, PROVIDER = "lines", "provider"
 OPT_OUT_KEY = "switchyard_batch_path"  # metadata: "lines" keeps the line-by-line path
 CHAT_URL = "/v1/chat/completions"
+NO_PREFERENCES = ProviderPreferences()
 # A line the provider's batch answered with one of these is not written: it runs here, line by
 # line, where the pipeline retries it within the batch class's budget (as any live call).
 RETRIED_HERE = frozenset({429, 500, 502, 503, 504, 529})
@@ -113,6 +116,7 @@ def path_rule(
     models: set[str],
     endpoint: EndpointEntry | None,
     may_use: bool,
+    routed: bool,
     translates: bool,
     window_left: float,
     spend_estimate: float,
@@ -127,8 +131,12 @@ def path_rule(
         return PathChoice(LINES, "its lines name more than one model")
     if endpoint is None or not may_use:
         return PathChoice(LINES, "no endpoint of its model offers a batch API")
+    if routed:
+        return PathChoice(LINES, "a line asks for its own routing (provider, models, a suffix)")
     if not translates:
-        return PathChoice(LINES, f"a line does not translate to {endpoint.provider.name}'s wire")
+        return PathChoice(
+            LINES, f"a line needs more than {endpoint.key} supports, or does not translate"
+        )
     if window_left < endpoint.batch_turnaround:
         return PathChoice(LINES, "the provider's turnaround does not fit the window left")
     if spend_room is not None and spend_estimate > spend_room:
@@ -167,7 +175,7 @@ async def _choose(
     models = {model_suffix_split(str(job.request.get("model", "")))[0] for job in lines}
     model = snapshot.catalogue.model_named(next(iter(models))) if len(models) == 1 else None
     endpoint = _batch_endpoint(model)
-    translates, estimate = True, 0.0
+    routed, translates, estimate = False, True, 0.0
     if endpoint is not None:
         priced = batch_price(endpoint)
         heartbeat = _Heartbeat(batch.id)
@@ -177,6 +185,12 @@ async def _choose(
                 request = _parse(job)
                 line_json(endpoint, request.body)
             except (GatewayError, RequestNotSupported):
+                translates = False
+                break
+            if request.models or request.preferences != NO_PREFERENCES or ":" in request.model:
+                routed = True
+                break
+            if not request.features <= endpoint.supports:
                 translates = False
                 break
             estimate += priced.cost(
@@ -193,6 +207,7 @@ async def _choose(
         models=models,
         endpoint=endpoint,
         may_use=principal is not None and model is not None and principal.may_use(model.slug),
+        routed=routed,
         translates=translates,
         window_left=(batch.expires_at - timezone.now()).total_seconds(),
         spend_estimate=estimate,

@@ -191,6 +191,22 @@ def test_the_caller_keeps_the_line_by_line_path_with_its_metadata(stack):
     assert live_calls(stack, "pb-lines") == 5  # each line called live, once
 
 
+def test_lines_that_route_themselves_keep_the_line_by_line_path(stack):
+    client = sdk(stack)
+    before = sim_stats(stack, "alpha")["batch"]["batches"]
+    content = lines_for(SMALL, 4, "pb-routed").replace(
+        b'"max_tokens":16', b'"max_tokens":16,"provider":{"order":["gamma"]}'
+    )
+    assert content.count(b'"order"') == 4
+    done = batch_wait(client, submit(client, content).id, timeout=120)
+
+    assert done.status == "completed" and done.request_counts.completed == 4
+    assert sim_stats(stack, "alpha")["batch"]["batches"] == before
+    assert {
+        r["response"]["body"]["provider"] for r in output_lines(client, done.output_file_id)
+    } == {"gamma"}
+
+
 def test_lines_the_provider_answers_5xx_run_here_line_by_line(stack):
     client = sdk(stack)
     before = sim_stats(stack, "alpha")["batch"]

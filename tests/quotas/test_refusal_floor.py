@@ -57,7 +57,6 @@ def test_a_queue_ahead_or_a_passed_deadline_gives_no_floor():
     assert refusal_floor(refused(reason=QueueReason.DEADLINE, retry_at=NOW), BUCKETS, NOW) == NOW
 
 
-
 def test_the_queue_s_own_line_gives_no_floor():
     # E6 (``drain_floor``): the refused tenant's own line will not drain in time. That is its
     # flow's business, told without bucket detail; another tenant's request may well fit.
