@@ -282,8 +282,7 @@ async def provider_drive(batch_id: str) -> None:
                     await _submit(batch, endpoint)
                     continue
                 if ending and not cancel_sent:
-                    await batch_cancel(endpoint, batch.provider_batch_id)
-                    cancel_sent = True
+                    cancel_sent = await _cancel(endpoint, batch.provider_batch_id)
                 state = await batch_look(endpoint, batch.provider_batch_id)
                 if state.ended:
                     results = await batch_results(endpoint, batch.provider_batch_id)
@@ -294,7 +293,22 @@ async def provider_drive(batch_id: str) -> None:
                 await database_work(_counts_set)(batch_id, counts)
             except ProviderBatchError as error:  # looked at again at the next poll
                 log.warning("batch %s: %s", batch_id, error)
+                if error.status == 404:  # the provider lost it: its lines run here (or end)
+                    await _finish(batch_id)
+                    return
         await asyncio.sleep(settings.PROVIDER_BATCH_POLL_SECONDS)
+
+
+async def _cancel(endpoint: EndpointEntry, provider_batch_id: str) -> bool:
+    """Forward a cancel (or the window's end); True once the provider took it or refused it
+    for good (a 4xx: it has ended, or cannot be cancelled now) — either way, look next."""
+    try:
+        await batch_cancel(endpoint, provider_batch_id)
+    except ProviderBatchError as error:
+        if not 400 <= error.status < 500 or error.status == 429:
+            raise
+        log.info("provider batch %s: cancel refused (%s); looking at it", provider_batch_id, error)
+    return True
 
 
 async def _submit(batch: Batch, endpoint: EndpointEntry) -> None:

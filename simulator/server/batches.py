@@ -143,6 +143,10 @@ class BatchBook:
             self.advance(batch)
 
     def reset(self) -> None:
+        """Forget every batch (as a provider that lost them: 404s), their end timers included."""
+        now = self.clock()
+        for batch in self.batches.values():
+            batch.ended_at = batch.ended_at or now
         self.batches.clear()
         self._keyed.clear()
 

@@ -255,6 +255,24 @@ def test_it_forwards_a_cancel_to_the_provider(stack):
     assert live_calls(stack, "pb-cancel") == 0
 
 
+def test_a_provider_batch_the_provider_lost_runs_its_lines_here(stack):
+    client = sdk(stack)
+    created = submit(client, lines_for(SMALL, 30, "pb-lost"))
+    wait_until(
+        lambda: stack.sql("SELECT provider_batch_id FROM gateway_batch WHERE id = %s", created.id)[
+            0
+        ][0],
+        timeout=60,
+        what="the provider batch",
+    )
+    httpx.post(f"{stack.sim_url('alpha')}/_reset", timeout=10)  # alpha forgets its batches
+    done = batch_wait(client, created.id, timeout=120)
+
+    assert done.status == "completed" and done.request_counts.completed == 30
+    assert live_calls(stack, "pb-lost") == 30  # each line called live here, once
+    assert sim_stats(stack, "alpha")["batch"]["lines"] == 0  # the lost batch answered none
+
+
 def test_a_worker_killed_while_the_provider_batch_runs_still_completes_every_line_once(stack):
     client = sdk(stack)
     before = sim_stats(stack, "alpha")["batch"]
