@@ -3,7 +3,7 @@ message batches: upload and create, look, cancel, fetch the results.
 
 The lines go out as the adapters build single requests (``build_request``), each under its
 job's id as ``custom_id``; the results come back as ``(custom_id, status, body)`` with the body
-a live call's answer on that wire (or its error envelope), for ``provider_batches.py`` to
+a live call's answer on that wire (or its error envelope), for ``provider_batch_results.py`` to
 reconcile. No retries here: a failed call raises ``ProviderBatchError`` and the driver looks
 again at its next poll.
 """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.provider_batches import LINES, PROVIDER, batch_price, path_rule
+from gateway.provider_batch_rule import LINES, PROVIDER, batch_price, path_rule
 from routing.catalogue import EndpointEntry, ProviderEntry
 
 PROVIDER_ENTRY = ProviderEntry(
