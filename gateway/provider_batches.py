@@ -93,7 +93,19 @@ async def provider_drive(batch_id: str) -> None:
                 if error.status == 404:  # the provider lost it: its lines run here (or end)
                     await _finish(batch_id)
                     return
-        await asyncio.sleep(settings.PROVIDER_BATCH_POLL_SECONDS)
+        renewed = await _wait(batch_id, renewed)
+
+
+async def _wait(batch_id: str, renewed: float) -> float:
+    """Until the next poll, the batch's lease kept (a poll interval longer than the lease must
+    not hand the batch to a second driver); when it was last renewed."""
+    until = time.monotonic() + settings.PROVIDER_BATCH_POLL_SECONDS
+    while (left := until - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, settings.JOB_LEASE_SECONDS / 3))
+        if time.monotonic() - renewed > settings.JOB_LEASE_SECONDS / 3:
+            await database_work(batches.batch_lease_extend)(batch_id, timezone.now())
+            renewed = time.monotonic()
+    return renewed
 
 
 async def _cancel(endpoint: EndpointEntry, provider_batch_id: str) -> bool:

@@ -353,3 +353,19 @@ def test_the_driver_leaves_a_slot_pool_free_for_what_others_held_at_their_peak(
     assert window.room(30.0) == 0
     assert window.room(30.0 + forget - 0.1) == 0
     assert window.room(30.0 + forget + 0.1) == 1
+
+
+def test_request_counts_follow_a_provider_batchs_progress_until_its_lines_are_answered(
+    personas: Personas,
+) -> None:
+    batch_id = batch_post(upload(jsonl(line("a"), line("b"), line("c"))).json()["id"]).json()["id"]
+    batches.batch_start(batch_id, NOW)
+    Batch.objects.filter(pk=batch_id).update(
+        path="provider", provider_counts={"completed": 2, "failed": 0}
+    )
+
+    shown = call("GET", f"/v1/batches/{batch_id}").json()["request_counts"]
+
+    assert shown == {"total": 3, "completed": 2, "failed": 0}  # the provider's, lines unanswered
+    Batch.objects.filter(pk=batch_id).update(provider_counts=None)  # back on the line path
+    assert call("GET", f"/v1/batches/{batch_id}").json()["request_counts"]["completed"] == 0
