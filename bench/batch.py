@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import sys
@@ -37,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-import psycopg  # noqa: E402
 import yaml  # noqa: E402
 
 from tests.e2e.batch_support import (  # noqa: E402
@@ -52,7 +50,7 @@ from tests.e2e.batch_support import (  # noqa: E402
     provider_counts,
     sdk,
 )
-from tests.stack import PostgresCluster, RedisServer, Stack  # noqa: E402
+from tests.stack import RedisServer, Stack, database_url  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "batch.md"
 
@@ -155,19 +153,6 @@ def summary(records: list[tuple[float, int, float, float]], seconds: float) -> d
         "lat_p50": percentile(latencies, 0.50),
         "lat_p99": percentile(latencies, 0.99),
     }
-
-
-def database_url() -> tuple[str, PostgresCluster | None]:
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        try:
-            psycopg.connect(url, connect_timeout=2).close()
-            return url, None
-        except psycopg.Error:
-            pass
-    cluster = PostgresCluster()
-    cluster.init()
-    return cluster.url, cluster
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

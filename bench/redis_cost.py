@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -42,13 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
-import psycopg  # noqa: E402
 import redis  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.gateway_bench import KEY, MESSAGES, roomy_limits, unlimited_market  # noqa: E402
 from bench.redis_counters import Stretch, sent_shares  # noqa: E402
-from tests.stack import PostgresCluster, RedisServer, Stack  # noqa: E402
+from tests.stack import RedisServer, Stack, database_url  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "redis.md"
 SLOW_TTFT_MS = {"median": 390, "p95": 420}
@@ -141,19 +139,6 @@ def idle(client: redis.Redis, seconds: float) -> dict:
         "bytes_in": counted.bytes_in / seconds,
         "breakdown": {name: s["calls"] / seconds for name, s in counted.commands.items()},
     }
-
-
-def database_url() -> tuple[str, PostgresCluster | None]:
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        try:
-            psycopg.connect(url, connect_timeout=2).close()
-            return url, None
-        except psycopg.Error:
-            pass
-    cluster = PostgresCluster()
-    cluster.init()
-    return cluster.url, cluster
 
 
 def run(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:

@@ -178,6 +178,8 @@ class Bucket(models.Model):
         help_text="Evaluated and counted, but refuses nothing: try a new limit on live traffic.",
     )
 
+    # Narrowest first: the order in which the broker checks a request's buckets (D1,
+    # quotas/snapshot.py SCOPE_ORDER).
     SCOPE_FIELDS = (
         "api_key",
         "app",

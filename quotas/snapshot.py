@@ -27,18 +27,7 @@ from routing.models import Provider
 # side, then the provider's — the API key (credential) it is sent with, that key's project /
 # workspace, the organisation's limit on the one model (endpoint: provider × upstream model),
 # the organisation (the provider account), and last the gateway's model route.
-SCOPE_ORDER = (
-    "api_key",
-    "app",
-    "team",
-    "tenant",
-    "partner",
-    "credential",
-    "project",
-    "endpoint",
-    "provider",
-    "model",
-)
+SCOPE_ORDER = Bucket.SCOPE_FIELDS  # the bucket row's scope fields are listed in this order
 TENANT_SIDE = frozenset(SCOPE_ORDER[:5])
 # The provider's own limits (B2): counted with headroom and the provider's counting rules.
 PROVIDER_SIDE = frozenset({"credential", "project", "endpoint", "provider"})

@@ -425,3 +425,17 @@ class PostgresCluster:
         if (self.data / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def database_url() -> tuple[str, PostgresCluster | None]:
+    """``DATABASE_URL`` when it answers, else a throwaway cluster's (the caller stops it)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        try:
+            psycopg.connect(url, connect_timeout=2).close()
+            return url, None
+        except psycopg.Error:
+            pass
+    cluster = PostgresCluster()
+    cluster.init()
+    return cluster.url, cluster
