@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from bench.batch import database_url  # noqa: E402
 from tests.e2e.batch_support import (  # noqa: E402
     MODEL,
     batch_file,
@@ -38,7 +37,7 @@ from tests.e2e.batch_support import (  # noqa: E402
     output_lines,
     sdk,
 )
-from tests.stack import RedisServer, Stack  # noqa: E402
+from tests.stack import RedisServer, Stack, database_url  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "provider_batch.md"
 TURNAROUND = "200s"  # the simulator's, times the latency scale (0.05): 10 s
