@@ -256,9 +256,13 @@ def profile(pid: int, case: str, stream: bool) -> subprocess.Popen[bytes] | None
 
 
 def idle(gateway_workers: list[int], seconds: float) -> dict:
+    spy = profile(gateway_workers[0], "idle", False)
     before = workers_cpu(gateway_workers)
     time.sleep(seconds)
     spent = workers_cpu(gateway_workers) - before
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=30)
     return {"case": "idle", "cpu_ms_per_s": round(spent * 1000 / seconds, 2)}
 
 
@@ -291,7 +295,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
             [str(ROOT / "bench" / "anchors_start.sh"),
              str(harness() / "switchyard" / "config-bench.yaml"), "18100", str(args.workers),
              f"redis://127.0.0.1:{REDIS_PORT}/0", str(folder / "gateway")],
-            env={"SWITCHYARD_SRC": str(ROOT)},
+            env={"SWITCHYARD_SRC": str(args.src), "SWITCHYARD_VENV": str(ROOT / ".venv")},
         )  # fmt: skip
         wait_http("http://127.0.0.1:18100/v1/models", timeout=120)
         pids = workers(gateway)
@@ -376,6 +380,9 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--py-spy", type=Path, help="profile worker 1 of each case into DIR")
+    parser.add_argument(
+        "--src", type=Path, default=ROOT, help="the checkout whose gateway runs (a before/after)"
+    )
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
