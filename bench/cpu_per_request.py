@@ -51,7 +51,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
-URL = "http://127.0.0.1:18100/v1/chat/completions"
+GATEWAY_PORT = 18100  # the first checkout's gateway; the next ones on 18101, …
+PATH = "/v1/chat/completions"
 KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
 MOCK_PORTS = (18001, 18002)
 REDIS_PORT = 16392
@@ -81,7 +82,7 @@ def body(stream: bool) -> bytes:
     return json.dumps(b).encode()
 
 
-async def drive(data: bytes, requests: int, connections: int, think: float = 0.0) -> int:
+async def drive(url: str, data: bytes, requests: int, connections: int, think: float = 0.0) -> int:
     """Exactly ``requests`` POSTs, ``connections`` at a time, each connection pausing ``think``
     seconds after each answer; returns the count of non-200 answers."""
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
@@ -91,7 +92,7 @@ async def drive(data: bytes, requests: int, connections: int, think: float = 0.0
         nonlocal left, errors
         while left > 0:
             left -= 1
-            async with session.post(URL, data=data, headers=headers) as response:
+            async with session.post(url, data=data, headers=headers) as response:
                 await response.read()
                 errors += response.status != 200
             if think:
@@ -205,6 +206,7 @@ class Processes:
 
 
 def measure(
+    url: str,
     gateway_workers: list[int],
     *,
     case: str,
@@ -214,11 +216,11 @@ def measure(
     think: float = 0.0,
 ) -> dict:
     data = body(stream)
-    asyncio.run(drive(data, 64, connections))  # warm: connections, scripts, snapshot
+    asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
     time.sleep(1.0)
     spy = profile(gateway_workers[0], case, stream)
     before, started = workers_cpu(gateway_workers), time.monotonic()
-    errors = asyncio.run(drive(data, requests, connections, think))
+    errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
@@ -267,13 +269,12 @@ def idle(gateway_workers: list[int], seconds: float) -> dict:
 
 
 def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dict]:
+    """One upstream, and a gateway (with a Redis of its own) per checkout in ``args.src``, all
+    up together: each case runs on every gateway in turn, repetition after repetition, so a
+    before/after comparison sees the same machine load."""
     procs = Processes(folder)
     rows: list[dict] = []
     try:
-        procs.spawn(
-            "redis",
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(REDIS_PORT), "--save", ""],
-        )
         if upstream == "mock":
             for port in MOCK_PORTS:
                 procs.spawn(
@@ -290,42 +291,67 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
             )  # fmt: skip
         for port in MOCK_PORTS:
             wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=60)
-        gateway = procs.spawn(
-            "gateway",
-            [str(ROOT / "bench" / "anchors_start.sh"),
-             str(harness() / "switchyard" / "config-bench.yaml"), "18100", str(args.workers),
-             f"redis://127.0.0.1:{REDIS_PORT}/0", str(folder / "gateway")],
-            env={"SWITCHYARD_SRC": str(args.src), "SWITCHYARD_VENV": str(ROOT / ".venv")},
-        )  # fmt: skip
-        wait_http("http://127.0.0.1:18100/v1/models", timeout=120)
-        pids = workers(gateway)
-        assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
-        common = {"connections": args.connections, "stream": args.stream}
-        if upstream == "mock":
-            for _ in range(args.reps):
-                set_ttft(0)
-                rows.append(measure(pids, case="mock0", requests=args.requests, **common))
-                set_ttft(500)
-                rows.append(measure(pids, case="mock500", requests=args.slow_requests, **common))
-                set_ttft(0)
-                rows.append(
-                    measure(
-                        pids, case="mock0_paced", requests=args.slow_requests, think=0.5, **common
-                    )
-                )
-                rows.append(idle(pids, args.idle_seconds))
-                for row in rows[-4:]:
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-        else:
-            case, count = (
-                ("sim0", args.requests) if args.scale == 0 else ("sim500", args.slow_requests)
+        gateways: list[tuple[str, str, list[int]]] = []  # (label, URL, worker PIDs)
+        for n, src in enumerate(args.src):
+            redis_port, port = REDIS_PORT + n, GATEWAY_PORT + n
+            procs.spawn(
+                f"redis-{n}",
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""],
             )
-            for _ in range(args.reps):
-                rows.append(measure(pids, case=case, requests=count, **common))
+            gateway = procs.spawn(
+                f"gateway-{n}",
+                [str(ROOT / "bench" / "anchors_start.sh"),
+                 str(harness() / "switchyard" / "config-bench.yaml"), str(port), str(args.workers),
+                 f"redis://127.0.0.1:{redis_port}/0", str(folder / f"gateway-{n}")],
+                env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv")},
+            )  # fmt: skip
+            wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=120)
+            pids = workers(gateway)
+            assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
+            gateways.append((source_label(src), f"http://127.0.0.1:{port}{PATH}", pids))
+
+        def each(case: str, requests: int, think: float = 0.0) -> None:
+            for label, url, pids in gateways:
+                row = measure(
+                    url, pids, case=case, requests=requests, think=think,
+                    connections=args.connections, stream=args.stream,
+                )  # fmt: skip
+                rows.append({"src": label, **row})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+
+        for _ in range(args.reps):
+            if upstream == "mock":
+                set_ttft(0)
+                each("mock0", args.requests)
+                if args.quick:
+                    continue
+                set_ttft(500)
+                each("mock500", args.slow_requests)
+                set_ttft(0)
+                each("mock0_paced", args.slow_requests, think=0.5)
+                for label, _, pids in gateways:
+                    rows.append({"src": label, **idle(pids, args.idle_seconds)})
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            elif args.scale == 0:
+                each("sim0", args.requests)
+            else:
+                each("sim500", args.slow_requests)
     finally:
         procs.stop()
     return rows
+
+
+def source_label(src: Path) -> str:
+    """The checkout's commit, and whether its work tree differs from it."""
+    head = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + ("+changes" if dirty else "")
 
 
 def inside(args: argparse.Namespace) -> None:
@@ -344,24 +370,25 @@ def inside(args: argparse.Namespace) -> None:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| case | requests | errors | req/s | gateway CPU ms / req (each rep) | mean | loadavg |",
-        "|---|---:|---:|---:|---|---:|---|",
+        "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
+        "| loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---|",
     ]
-    by_case: dict[str, list[dict]] = {}
+    groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
-        by_case.setdefault(row["case"], []).append(row)
-    for case, group in by_case.items():
+        groups.setdefault((row["case"], row["src"]), []).append(row)
+    for (case, src), group in groups.items():
         if case == "idle":
             values = [r["cpu_ms_per_s"] for r in group]
             lines.append(
-                f"| idle (CPU ms / s, both workers) | | | | "
+                f"| idle (CPU ms / s, both workers) | {src} | | | | "
                 f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} | |"
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
         lines.append(
-            f"| {case}{' stream' if group[0]['stream'] else ''} | {group[0]['requests']} | "
-            f"{sum(r['errors'] for r in group)} | "
+            f"| {case}{' stream' if group[0]['stream'] else ''} | {src} | {group[0]['requests']} "
+            f"| {sum(r['errors'] for r in group)} | "
             f"{sum(r['rps'] for r in group) / len(group):.0f} | "
             f"{' / '.join(f'{v:.3f}' for v in values)} | {sum(values) / len(values):.3f} | "
             f"{' / '.join(r['loadavg'] for r in group)} |"
@@ -381,11 +408,17 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--py-spy", type=Path, help="profile worker 1 of each case into DIR")
     parser.add_argument(
-        "--src", type=Path, default=ROOT, help="the checkout whose gateway runs (a before/after)"
+        "--src",
+        type=Path,
+        action="append",
+        help="a checkout whose gateway runs (default: this one); give several to compare them "
+        "side by side under the same load",
     )
+    parser.add_argument("--quick", action="store_true", help="mock: only the mock0 case")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.src = args.src or [ROOT]
     if args.inside:
         global PROFILE_DIR
         PROFILE_DIR = args.py_spy

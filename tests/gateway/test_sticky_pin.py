@@ -34,8 +34,10 @@ def test_it_sets_the_pin_in_the_answer_s_ledger_append(
             buffer.add(RECORD)
             await buffer.committed()
             key = sy_redis.key("routing", "sticky", "conv-1")
-            return await client.get(key), await client.pttl(key), await client.llen(
-                sy_redis.key("ledger")
+            return (
+                await client.get(key),
+                await client.pttl(key),
+                await client.llen(sy_redis.key("ledger")),
             )
         finally:
             await client.aclose()
