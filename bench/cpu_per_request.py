@@ -219,12 +219,14 @@ def measure(
     asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
     time.sleep(1.0)
     spy = profile(gateway_workers[0], case, stream)
+    tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
     before, started = workers_cpu(gateway_workers), time.monotonic()
     errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
-    if spy is not None:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
-        spy.wait(timeout=30)
+    for watcher in (spy, tracer):
+        if watcher is not None:
+            watcher.send_signal(signal.SIGINT)  # py-spy and strace write their report on SIGINT
+            watcher.wait(timeout=30)
     time.sleep(1.0)  # a settle still on its way
     spent = workers_cpu(gateway_workers) - before
     return {
@@ -253,6 +255,22 @@ def profile(pid: int, case: str, stream: bool) -> subprocess.Popen[bytes] | None
         [PY_SPY, "record", "--nonblocking", "--format", "raw", "--rate", "200", "-p", str(pid),
          *os.environ.get("PY_SPY_ARGS", "").split(),
          "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+STRACE_DIR: Path | None = None
+
+
+def syscalls(pid: int, name: str) -> subprocess.Popen[bytes] | None:
+    """With ``--strace DIR``: count one worker's system calls through the case (``strace -c``,
+    its threads too) into DIR/<name>.txt. Exact counts (sends, receives, epoll waits per
+    request) whatever the load; the CPU figure of a traced case is not comparable."""
+    if STRACE_DIR is None:
+        return None
+    out = STRACE_DIR / f"{name}.txt"
+    return subprocess.Popen(
+        ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -407,6 +425,7 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--py-spy", type=Path, help="profile worker 1 of each case into DIR")
+    parser.add_argument("--strace", type=Path, help="count worker 1's syscalls into DIR")
     parser.add_argument(
         "--src",
         type=Path,
@@ -420,8 +439,8 @@ def main() -> None:
     args = parser.parse_args()
     args.src = args.src or [ROOT]
     if args.inside:
-        global PROFILE_DIR
-        PROFILE_DIR = args.py_spy
+        global PROFILE_DIR, STRACE_DIR
+        PROFILE_DIR, STRACE_DIR = args.py_spy, args.strace
         inside(args)
         return
     started = Path("/proc/loadavg").read_text().strip()
