@@ -126,13 +126,14 @@ def cpu(pid: int) -> float:
 
 
 def workers(gateway: int) -> list[int]:
-    """uvicorn's worker processes: its children that run Python (not the resource tracker)."""
+    """uvicorn's worker processes: its children that run Python (not the resource tracker);
+    with one worker uvicorn serves in its own process."""
     found = []
     for pid in children(gateway):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         if b"multiprocessing.spawn" in cmdline or b"uvicorn" in cmdline:
             found.append(pid)
-    return found
+    return found or [gateway]
 
 
 def workers_cpu(pids: list[int]) -> float:
