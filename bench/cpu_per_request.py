@@ -47,6 +47,7 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
+import redis
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,6 +222,8 @@ def measure(
     time.sleep(1.0)
     spy = profile(gateway_workers[0], case, stream)
     tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
+    redis_port = REDIS_PORT + int(url.rsplit(":", 1)[1].split("/")[0]) - GATEWAY_PORT
+    redis_before = redis_counts(redis_port)
     before, started = workers_cpu(gateway_workers), time.monotonic()
     errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
@@ -230,6 +233,7 @@ def measure(
             watcher.wait(timeout=30)
     time.sleep(1.0)  # a settle still on its way
     spent = workers_cpu(gateway_workers) - before
+    redis_after = redis_counts(redis_port)
     return {
         "case": case,
         "stream": stream,
@@ -240,6 +244,28 @@ def measure(
         "rps": round(requests / seconds, 1),
         "cpu_ms_per_req": round(spent * 1000 / requests, 3),
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
+        # the gateway's own Redis: every command (those a script runs included) and the
+        # round trips' bytes, per request; the 1 s after the requests included
+        **{
+            f"redis_{name}_per_req": round((redis_after[name] - redis_before[name]) / requests, 2)
+            for name in redis_before
+        },
+    }
+
+
+def redis_counts(port: int) -> dict[str, int]:
+    """Commands run (script-inner ones included) and bytes received, less this reading's own."""
+    client = redis.Redis(port=port)
+    try:
+        stats = client.info("commandstats")
+        net = client.info("stats")
+    finally:
+        client.close()
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    return {
+        "commands": calls,
+        "evalsha": stats.get("cmdstat_evalsha", {}).get("calls", 0),
+        "bytes_in": net["total_net_input_bytes"],
     }
 
 
@@ -387,11 +413,16 @@ def inside(args: argparse.Namespace) -> None:
     print("ROWS " + json.dumps(rows), flush=True)
 
 
+def mean(rows: list[dict], name: str) -> float:
+    values = [r[name] for r in rows if name in r]
+    return sum(values) / len(values) if values else float("nan")
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
-        "| loadavg |",
-        "|---|---|---:|---:|---:|---|---:|---|",
+        "| Redis commands / req | EVALSHA / req | bytes to Redis / req | loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -400,8 +431,9 @@ def table(rows: list[dict]) -> str:
         if case == "idle":
             values = [r["cpu_ms_per_s"] for r in group]
             lines.append(
-                f"| idle (CPU ms / s, both workers) | {src} | | | | "
-                f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} | |"
+                f"| idle (CPU ms / s, all workers) | {src} | | | | "
+                f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} "
+                "| | | | |"
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
@@ -410,6 +442,9 @@ def table(rows: list[dict]) -> str:
             f"| {sum(r['errors'] for r in group)} | "
             f"{sum(r['rps'] for r in group) / len(group):.0f} | "
             f"{' / '.join(f'{v:.3f}' for v in values)} | {sum(values) / len(values):.3f} | "
+            f"{mean(group, 'redis_commands_per_req'):.1f} | "
+            f"{mean(group, 'redis_evalsha_per_req'):.2f} | "
+            f"{mean(group, 'redis_bytes_in_per_req'):,.0f} | "
             f"{' / '.join(r['loadavg'] for r in group)} |"
         )
     return "\n".join(lines)
