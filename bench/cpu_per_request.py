@@ -26,10 +26,19 @@ settle on its way is counted):
 - ``sim0`` / ``sim500``: the simulator at latency scale 0, and with the model answering in
   about 0.5 s (TTFT median 390 ms, 16 tokens at ~140 tokens/s, as ``bench/redis_cost.py``).
 
-    .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
-        [--requests 2000] [--slow-requests 480] [--stream] [--json out.json]
+Per case it also reads the gateway's own Redis (``INFO commandstats`` / ``stats``): commands
+(script-inner included), EVALSHA calls and bytes received per request.
 
-Prints one JSON line per case and a markdown table.
+    .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
+        [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick]
+        [--src CHECKOUT --src OTHER] [--py-spy DIR] [--strace DIR] [--json out.json]
+
+``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
+commit), each with a Redis of its own, beside the same upstream, and every case on each in
+turn: a before/after under the same load. ``--py-spy DIR`` samples worker 1 per case
+(``pip install py-spy``; ``PY_SPY`` names the binary); ``--strace DIR`` counts its system calls
+(exact, whatever the load; the CPU of a traced case means nothing). Prints one JSON line per
+case (stderr) and a markdown table.
 """
 
 from __future__ import annotations
