@@ -491,7 +491,22 @@ def main() -> None:
     started = Path("/proc/loadavg").read_text().strip()
     command = [sys.executable, __file__, "--inside", *sys.argv[1:]]
     out = subprocess.run(
-        ["unshare", "-n", "--", "bash", "-c", 'ip link set lo up && exec "$@"', "-", *command],
+        # A private /dev/shm too: the mock keeps its runtime config (the TTFT) in
+        # /dev/shm/mock_upstream_<port>.cfg, which another run on the same ports in another
+        # namespace (this bench, bench/anchors) would otherwise share and change mid-case.
+        [
+            "unshare",
+            "-n",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            'ip link set lo up && mount -t tmpfs tmpfs /dev/shm && exec "$@"',
+            "-",
+            *command,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         check=True,
