@@ -2,7 +2,8 @@
 
 Starts the real stack (simulator at zero simulated latency, gateway under uvicorn with two
 workers) and drives both with wrk at 1, 16 and 64 connections, non-streaming and streaming.
-Writes bench/results/gateway.md and prints it.
+Writes its table at the top of bench/results/gateway.md (the file's later ``## `` sections,
+written by hand or by other benchmarks, are kept) and prints it.
 
     DATABASE_URL=postgres://… REDIS_URL=redis://… .venv/bin/python bench/gateway_bench.py
 """
@@ -167,7 +168,12 @@ def main() -> None:
     finally:
         stack.stop()
     report = _report(rows, args.seconds)
-    (ROOT / "bench" / "results" / "gateway.md").write_text(report)
+    path = ROOT / "bench" / "results" / "gateway.md"
+    kept = ""
+    if path.exists():  # the later sections (before/after notes, bench/cpu_per_request.py's)
+        old = path.read_text()
+        kept = old[old.index("\n## ") :] if "\n## " in old else ""
+    path.write_text(report + kept)
     print(report)
 
 

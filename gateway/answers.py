@@ -252,10 +252,12 @@ def answer_observe(
         ),
     )
     if call.conversation is not None:
-        live.sticky_set_later(
-            call.conversation,
-            StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
-            ttl=endpoint.provider.cache_ttl_seconds,
+        ledger.ledger_write_later(
+            *live.sticky_entry(
+                call.conversation,
+                StickyState(endpoint.key, time.time(), usage.input_tokens + usage.output_tokens),
+                ttl=endpoint.provider.cache_ttl_seconds,
+            )
         )
 
 

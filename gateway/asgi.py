@@ -77,6 +77,10 @@ class ProxyHandler(ASGIHandler):
 
         async def process_request() -> Any:
             response = await self.run_get_response(request)
+            if not response.streaming and not response.has_header("Content-Length"):
+                # As CommonMiddleware does on the full stack: the answer then goes out in one
+                # write (gateway/server.py), not as chunks after a separate write of its headers.
+                response.headers["Content-Length"] = str(len(response.content))
             with suppress(asyncio.CancelledError):  # the client left during the response
                 await self.send_response(response, send)
             return response

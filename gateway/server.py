@@ -1,15 +1,26 @@
-"""uvicorn's HTTP protocol with its own refusals in Switchyard's error envelope (SPEC H1).
+"""uvicorn's HTTP protocol, with two changes (run uvicorn with
+``--http gateway.server:HttpProtocol``):
 
-A request line or header the parser cannot read (control bytes, a bad method token) never
-reaches the ASGI application: uvicorn answers it itself, ``400 text/plain "Invalid HTTP request
-received."``. This subclass answers the same 400 as JSON in the envelope. Run uvicorn with
-``--http gateway.server:HttpProtocol``.
+- its own refusals in Switchyard's error envelope (SPEC H1). A request line or header the
+  parser cannot read (control bytes, a bad method token) never reaches the ASGI application:
+  uvicorn answers it itself, ``400 text/plain "Invalid HTTP request received."``. This answers
+  the same 400 as JSON in the envelope.
+- a response whose length is known goes out in one write, status line and headers with its
+  body. uvicorn writes the headers the moment the application starts the response and the body
+  in a second write: two system calls per answer, and on loopback each wakes the client. A
+  streamed answer (no Content-Length) still sends its headers at once.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway.errors import InvalidRequest
 
@@ -32,3 +43,55 @@ class HttpProtocol(HttpToolsProtocol):
         )
         self.transport.write(b"".join(content))
         self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        # The cycle's ASGI task has not run yet: it will call this send.
+        headers_with_body(self.cycle)
+
+
+class HeldWrite:
+    """The cycle's transport, but a write made while ``hold`` is set is kept and goes out
+    with the next one."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.hold = False
+        self.held = b""
+
+    def write(self, data: bytes) -> None:
+        if self.hold:
+            self.held, self.hold = data, False
+            return
+        if self.held:
+            data, self.held = self.held + data, b""
+        self.transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def headers_with_body(cycle: RequestResponseCycle) -> None:
+    """The status line and headers of a response with a Content-Length (not to a HEAD, whose
+    body uvicorn never writes) wait for its body's first write."""
+    held = HeldWrite(cycle.transport)
+    cycle.transport = held  # type: ignore[assignment]
+    send = cycle.send
+    head = cycle.scope["method"] == "HEAD"
+
+    async def send_joined(message: Any) -> None:
+        if (
+            not head
+            and message["type"] == "http.response.start"
+            and not cycle.response_started
+            and any(name.lower() == b"content-length" for name, _ in message.get("headers", ()))
+        ):
+            held.hold = True
+            try:
+                await send(message)
+            finally:
+                held.hold = False
+            return
+        await send(message)
+
+    cycle.send = send_joined  # type: ignore[method-assign]

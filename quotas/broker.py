@@ -219,6 +219,60 @@ class Holdings:
         return [grant for grant, _ in self._grants.values()]
 
 
+@dataclass(eq=False)
+class HeldLease:
+    grant: Grant
+    due: float  # loop time of its next renewal
+    renewal: asyncio.Task[None] | None = None
+
+
+class LeaseKeeper:
+    """Renews the leases held on one event loop (``Broker.held``) from one task: each a third
+    of a lease after it was taken or last renewed, as a task per lease did. A task, an event
+    and a timer per request cost more than the renewals: a request shorter than a third of a
+    lease (10 s) is never renewed. Leases are kept in the order they fall due (each new or
+    renewed one is due last), so the task sleeps until the first and wakes about once per
+    third of a lease when requests are short."""
+
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+        self.leases: dict[HeldLease, None] = {}  # insertion order = due order
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, grant: Grant) -> HeldLease:
+        lease = HeldLease(grant, self.loop.time() + self.broker.lease_seconds / 3)
+        self.leases[lease] = None
+        if self._task is None or self._task.done():
+            self._task = self.loop.create_task(self._renewing())
+        return lease
+
+    async def release(self, lease: HeldLease) -> None:
+        """The request is over: no renewal after this returns (one under way is cancelled and
+        waited for, so it cannot reach Redis after the settle)."""
+        self.leases.pop(lease, None)
+        renewal = lease.renewal
+        if renewal is not None and not renewal.done():
+            renewal.cancel()
+            # asyncio.wait, not ``await renewal`` under suppress(CancelledError): that would
+            # also swallow a cancellation of this request itself (its client going away).
+            await asyncio.wait([renewal])
+
+    async def _renewing(self) -> None:
+        third = self.broker.lease_seconds / 3
+        while self.leases:
+            first = next(iter(self.leases))
+            now = self.loop.time()
+            if first.due > now:
+                await asyncio.sleep(first.due - now)
+                continue  # the first may have ended meanwhile
+            del self.leases[first]
+            first.due = now + third
+            self.leases[first] = None  # due last again
+            if first.renewal is None or first.renewal.done():
+                first.renewal = self.loop.create_task(self.broker.renew(first.grant))
+
+
 class Broker:
     def __init__(self, store: RedisReservationStore) -> None:
         self.store = store
@@ -231,6 +285,7 @@ class Broker:
         self._background: set[asyncio.Task[None]] = set()
         # B2: what this process knows of every pooled key's room and health.
         self.keys = KeyPool()
+        self._keeper: LeaseKeeper | None = None
 
     # -- key pools (B2) ------------------------------------------------------------------------
 
@@ -353,34 +408,28 @@ class Broker:
 
     @contextlib.asynccontextmanager
     async def held(self, grant: Grant) -> AsyncIterator[None]:
-        """Keep the lease alive while a long request or stream runs (C9, C10)."""
+        """Keep the lease alive while a long request or stream runs (C9, C10): renewed a third
+        of a lease after it is taken, then every third, by this loop's ``LeaseKeeper``."""
         if not grant.parts:
             yield
             return
-        over = asyncio.Event()
-        renewer = asyncio.create_task(self._renew_until(grant, over))
+        loop = asyncio.get_running_loop()
+        keeper = self._keeper
+        if keeper is None or keeper.loop is not loop:  # a new loop (tests): its own keeper
+            keeper = self._keeper = LeaseKeeper(self, loop)
+        lease = keeper.hold(grant)
         try:
             yield
         finally:
-            over.set()
-            renewer.cancel()
-            # asyncio.wait, not ``await renewer`` under suppress(CancelledError): that would
-            # also swallow a cancellation of this request itself (its client going away).
-            await asyncio.wait([renewer])
+            await keeper.release(lease)
 
-    async def _renew_until(self, grant: Grant, over: asyncio.Event) -> None:
-        # ``over`` as well as the cancel: a renewal interrupted by it may have the cancellation
-        # swallowed (redis-py around a Redis that was just killed turns it into an error, which
-        # is suppressed below), and this loop then ran on, and the request waiting for it hung.
-        while not over.is_set():
-            await asyncio.sleep(self.lease_seconds / 3)
-            if over.is_set():
-                return
-            with contextlib.suppress(Exception):  # a missed renewal only shortens the lease
-                result = await self.store.renew(grant)
-                self.holdings.renewed(grant, result.expires_at)
-                if result.outcome is Outcome.ADOPTED and self.recovery is not None:
-                    self.recovery.poke()  # the state was lost: report now, not at the next beat
+    async def renew(self, grant: Grant) -> None:
+        """One renewal of a held lease; a failed one only shortens it."""
+        with contextlib.suppress(Exception):
+            result = await self.store.renew(grant)
+            self.holdings.renewed(grant, result.expires_at)
+            if result.outcome is Outcome.ADOPTED and self.recovery is not None:
+                self.recovery.poke()  # the state was lost: report now, not at the next beat
 
     async def pause_provider(
         self,

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from redis.exceptions import RedisError
 
 from common import redis as sy_redis
 from common.faultlog import faults
@@ -78,7 +77,12 @@ class LiveRouter:
         data = orjson.loads(raw)
         return StickyState(data["endpoint"], data["last_used"], data["prefix_tokens"])
 
-    def sticky_set_later(self, conversation: str, state: StickyState, ttl: float) -> None:
+    def sticky_entry(
+        self, conversation: str, state: StickyState, ttl: float
+    ) -> tuple[str, bytes, int]:
+        """The conversation's pin as a Redis key, value and time to live (ms). The gateway sets
+        it in the round trip that appends the answer's ledger row (``ledger_write_later``), not
+        in one of its own."""
         value = orjson.dumps(
             {
                 "endpoint": state.endpoint_id,
@@ -87,13 +91,7 @@ class LiveRouter:
             }
         )
         key = sy_redis.key("routing", "sticky", conversation)
-        self._later(self._sticky_write(key, value, max(1, int(ttl * 1000))))
-
-    async def _sticky_write(self, key: str, value: bytes, ttl_ms: int) -> None:
-        try:
-            await sy_redis.async_client().set(key, value, px=ttl_ms)
-        except RedisError:  # a lost pin only routes the next turn afresh (its cache may be cold)
-            faults.warning(log, "routing:sticky", "a conversation's endpoint was not pinned")
+        return key, value, max(1, int(ttl * 1000))
 
     def _later(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)

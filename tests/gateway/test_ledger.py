@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from typing import Any
 
 import orjson
 import pytest
@@ -211,9 +212,9 @@ def test_answers_committing_together_share_appends(
     appends: list[int] = []
     real_append = ledger._append
 
-    async def counted(batch: list[bytes]) -> bytes:
+    async def counted(batch: list[bytes], writes: Any = ()) -> bytes:
         appends.append(len(batch))
-        return await real_append(batch)
+        return await real_append(batch, writes)
 
     monkeypatch.setattr(ledger, "_append", counted)
     buffer = LedgerBuffer()
@@ -244,10 +245,10 @@ def test_an_answer_whose_record_the_batch_timer_took_waits_for_that_append(
     appends: list[int] = []
     real_append = ledger._append
 
-    async def slow(batch: list[bytes]) -> bytes:
+    async def slow(batch: list[bytes], writes: Any = ()) -> bytes:
         appends.append(len(batch))
         await asyncio.sleep(0.2)  # the answer's commit comes while this append holds its record
-        return await real_append(batch)
+        return await real_append(batch, writes)
 
     monkeypatch.setattr(ledger, "_append", slow)
     buffer = LedgerBuffer()

@@ -1,0 +1,522 @@
+"""Gateway CPU per proxied request (issue 19 item 2): CPU seconds of the gateway's workers over
+exactly N requests, against the harness's fast mock upstream and the provider simulator.
+
+A busy machine stretches wall time, not the CPU a request costs much, so this reads the
+workers' own ``utime + stime`` (``/proc/<pid>/stat``) around a fixed count of requests rather
+than a rate over a timed window. Everything runs in a loopback-only network namespace (as
+``bench/anchors`` does), with the ports the harness uses:
+
+- Redis: a redis-server of its own on 16392, empty;
+- upstream ``mock``: ``../shared/bench-anchors/mock_upstream.py`` on 18001 and 18002 (the
+  harness's mock, run read-only from its folder); ``sim``: the provider simulator serving the
+  same two accounts (``mock-a``, ``mock-b``, model ``gpt-4o-mini``) on the same ports;
+- the gateway: ``bench/anchors_start.sh`` with the harness's ``config-bench.yaml`` (every
+  request reserves and settles in the buckets of key, app, team, tenant and provider; nothing
+  binds), uvicorn with 2 workers, no Celery.
+
+Cases (16 connections unless told; a warm-up of 64 requests before each; 1 s after each so a
+settle on its way is counted):
+
+- ``mock0``: the mock, TTFT 0 — what the harness's ``c16`` measures;
+- ``mock500``: the mock, TTFT 500 ms (``/__mock/config``);
+- ``mock0_paced``: TTFT 0, each connection waiting 0.5 s after each answer: the rate of
+  ``mock500`` with nothing in flight, which tells a cost per second in flight apart from a
+  cost per wall second (timers that tick whether or not a request is in flight);
+- ``idle``: 10 s with no request: the workers' CPU per second with nothing to do;
+- ``sim0`` / ``sim500``: the simulator at latency scale 0, and with the model answering in
+  about 0.5 s (TTFT median 390 ms, 16 tokens at ~140 tokens/s, as ``bench/redis_cost.py``).
+
+Per case it also reads the gateway's own Redis (``INFO commandstats`` / ``stats``): commands
+(script-inner included), EVALSHA calls and bytes received per request.
+
+    .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
+        [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick]
+        [--src CHECKOUT --src OTHER] [--py-spy DIR] [--strace DIR] [--json out.json]
+
+``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
+commit), each with a Redis of its own, beside the same upstream, and every case on each in
+turn: a before/after under the same load. ``--py-spy DIR`` samples worker 1 per case
+(``pip install py-spy``; ``PY_SPY`` names the binary); ``--strace DIR`` counts its system calls
+(exact, whatever the load; the CPU of a traced case means nothing). Prints one JSON line per
+case (stderr) and a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import redis
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+GATEWAY_PORT = 18100  # the first checkout's gateway; the next ones on 18101, …
+PATH = "/v1/chat/completions"
+KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
+MOCK_PORTS = (18001, 18002)
+REDIS_PORT = 16392
+TICK = os.sysconf("SC_CLK_TCK")
+PY_SPY = os.environ.get("PY_SPY", "/tmp/pyspy-venv/bin/py-spy")  # pip install py-spy
+# the body of the harness's wrk/chat.lua, byte for byte the same request as its timed cases
+MESSAGES = [
+    {"role": "system", "content": "You are a concise assistant used for gateway benchmarking."},
+    {
+        "role": "user",
+        "content": "Say hello and tell me one short fact about latency in distributed systems.",
+    },
+]
+
+
+def harness() -> Path:
+    for candidate in (ROOT.parent / "shared" / "bench-anchors", Path("/work/shared/bench-anchors")):
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit("the shared bench-anchors harness is missing")
+
+
+def body(stream: bool) -> bytes:
+    b: dict = {"model": "demo-model", "messages": MESSAGES, "max_tokens": 16, "temperature": 0}
+    if stream:
+        b.update(stream=True, stream_options={"include_usage": True})
+    return json.dumps(b).encode()
+
+
+async def drive(url: str, data: bytes, requests: int, connections: int, think: float = 0.0) -> int:
+    """Exactly ``requests`` POSTs, ``connections`` at a time, each connection pausing ``think``
+    seconds after each answer; returns the count of non-200 answers."""
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    left, errors = requests, 0
+
+    async def one_connection(session: aiohttp.ClientSession) -> None:
+        nonlocal left, errors
+        while left > 0:
+            left -= 1
+            async with session.post(url, data=data, headers=headers) as response:
+                await response.read()
+                errors += response.status != 200
+            if think:
+                await asyncio.sleep(think)
+
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(one_connection(session) for _ in range(connections)))
+    return errors
+
+
+def children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2 :].split()[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def cpu(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def workers(gateway: int) -> list[int]:
+    """uvicorn's worker processes: its children that run Python (not the resource tracker);
+    with one worker uvicorn serves in its own process."""
+    found = []
+    for pid in children(gateway):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"multiprocessing.spawn" in cmdline or b"uvicorn" in cmdline:
+            found.append(pid)
+    return found or [gateway]
+
+
+def workers_cpu(pids: list[int]) -> float:
+    return sum(cpu(pid) for pid in pids)
+
+
+def wait_http(url: str, *, timeout: float, headers: dict[str, str] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"{url} did not answer in {timeout} s")
+
+
+def set_ttft(ms: int) -> None:
+    for port in MOCK_PORTS:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/__mock/config",
+            data=json.dumps({"ttft_ms": ms}).encode(),
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=5).read()
+
+
+def sim_market(folder: Path) -> Path:
+    """The harness's two provider accounts, served by the simulator: gpt-4o-mini answering in
+    about half a second (scaled to 0 by ``--latency-scale 0``), no limits, no errors."""
+    model = {
+        "ttft_ms": {"median": 390, "p95": 420},
+        "tokens_per_s": {"median": 140, "p05": 120},
+        "error_rate": 0.0,
+        "cache_hit_rate": 0.0,
+    }
+    market = {
+        "providers": [
+            {"name": name, "port": port, "protocol": "openai", "models": {"gpt-4o-mini": model}}
+            for name, port in zip(("mock-a", "mock-b"), MOCK_PORTS, strict=True)
+        ]
+    }
+    path = folder / "market.yaml"
+    path.write_text(yaml.safe_dump(market, sort_keys=False))
+    return path
+
+
+class Processes:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> int:
+        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        self.started.append(process)
+        return process.pid
+
+    def stop(self) -> None:
+        for process in reversed(self.started):  # each by its PID, newest first
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.started.clear()
+
+
+def measure(
+    url: str,
+    gateway_workers: list[int],
+    *,
+    case: str,
+    requests: int,
+    connections: int,
+    stream: bool,
+    think: float = 0.0,
+) -> dict:
+    data = body(stream)
+    asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
+    time.sleep(1.0)
+    spy = profile(gateway_workers[0], case, stream)
+    tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
+    redis_port = REDIS_PORT + int(url.rsplit(":", 1)[1].split("/")[0]) - GATEWAY_PORT
+    redis_before = redis_counts(redis_port)
+    before, started = workers_cpu(gateway_workers), time.monotonic()
+    errors = asyncio.run(drive(url, data, requests, connections, think))
+    seconds = time.monotonic() - started
+    for watcher in (spy, tracer):
+        if watcher is not None:
+            watcher.send_signal(signal.SIGINT)  # py-spy and strace write their report on SIGINT
+            watcher.wait(timeout=30)
+    time.sleep(1.0)  # a settle still on its way
+    spent = workers_cpu(gateway_workers) - before
+    redis_after = redis_counts(redis_port)
+    return {
+        "case": case,
+        "stream": stream,
+        "requests": requests,
+        "connections": connections,
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "rps": round(requests / seconds, 1),
+        "cpu_ms_per_req": round(spent * 1000 / requests, 3),
+        "loadavg": Path("/proc/loadavg").read_text().split()[0],
+        # the gateway's own Redis: every command (those a script runs included) and the
+        # round trips' bytes, per request; the 1 s after the requests included
+        **{
+            f"redis_{name}_per_req": round((redis_after[name] - redis_before[name]) / requests, 2)
+            for name in redis_before
+        },
+    }
+
+
+def redis_counts(port: int) -> dict[str, int]:
+    """Commands run (script-inner ones included) and bytes received, less this reading's own."""
+    client = redis.Redis(port=port)
+    try:
+        stats = client.info("commandstats")
+        net = client.info("stats")
+    finally:
+        client.close()
+    calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    return {
+        "commands": calls,
+        "evalsha": stats.get("cmdstat_evalsha", {}).get("calls", 0),
+        "bytes_in": net["total_net_input_bytes"],
+    }
+
+
+PROFILE_DIR: Path | None = None
+
+
+def profile(pid: int, case: str, stream: bool) -> subprocess.Popen[bytes] | None:
+    """With ``--py-spy DIR``: sample one worker through the case (``--nonblocking``: the worker
+    is not paused, so its CPU figure moves little) into DIR/<case>.txt, collapsed stacks."""
+    if PROFILE_DIR is None:
+        return None
+    out = PROFILE_DIR / f"{case}{'-stream' if stream else ''}.txt"
+    return subprocess.Popen(
+        [PY_SPY, "record", "--nonblocking", "--format", "raw", "--rate", "200", "-p", str(pid),
+         *os.environ.get("PY_SPY_ARGS", "").split(),
+         "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+STRACE_DIR: Path | None = None
+
+
+def syscalls(pid: int, name: str) -> subprocess.Popen[bytes] | None:
+    """With ``--strace DIR``: count one worker's system calls through the case (``strace -c``,
+    its threads too) into DIR/<name>.txt. Exact counts (sends, receives, epoll waits per
+    request) whatever the load; the CPU figure of a traced case is not comparable."""
+    if STRACE_DIR is None:
+        return None
+    out = STRACE_DIR / f"{name}.txt"
+    return subprocess.Popen(
+        ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def idle(gateway_workers: list[int], seconds: float) -> dict:
+    spy = profile(gateway_workers[0], "idle", False)
+    before = workers_cpu(gateway_workers)
+    time.sleep(seconds)
+    spent = workers_cpu(gateway_workers) - before
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=30)
+    return {"case": "idle", "cpu_ms_per_s": round(spent * 1000 / seconds, 2)}
+
+
+def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dict]:
+    """One upstream, and a gateway (with a Redis of its own) per checkout in ``args.src``, all
+    up together: each case runs on every gateway in turn, repetition after repetition, so a
+    before/after comparison sees the same machine load."""
+    procs = Processes(folder)
+    rows: list[dict] = []
+    try:
+        if upstream == "mock":
+            for port in MOCK_PORTS:
+                procs.spawn(
+                    f"mock-{port}",
+                    [PYTHON, str(harness() / "mock_upstream.py"), "--port", str(port)],
+                )
+        else:
+            procs.spawn(
+                "simulator",
+                [PYTHON, "manage.py", "providersim", "--market", str(sim_market(folder)),
+                 "--latency-scale", str(args.scale)],
+                env={"DJANGO_SETTINGS_MODULE": "switchyard.settings",
+                     "DATABASE_URL": f"sqlite:///{folder}/sim.sqlite3"},
+            )  # fmt: skip
+        for port in MOCK_PORTS:
+            wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=60)
+        gateways: list[tuple[str, str, list[int]]] = []  # (label, URL, worker PIDs)
+        for n, src in enumerate(args.src):
+            redis_port, port = REDIS_PORT + n, GATEWAY_PORT + n
+            procs.spawn(
+                f"redis-{n}",
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""],
+            )
+            gateway = procs.spawn(
+                f"gateway-{n}",
+                [str(ROOT / "bench" / "anchors_start.sh"),
+                 str(harness() / "switchyard" / "config-bench.yaml"), str(port), str(args.workers),
+                 f"redis://127.0.0.1:{redis_port}/0", str(folder / f"gateway-{n}")],
+                env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv")},
+            )  # fmt: skip
+            wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=120)
+            pids = workers(gateway)
+            assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
+            gateways.append((source_label(src), f"http://127.0.0.1:{port}{PATH}", pids))
+
+        def each(case: str, requests: int, think: float = 0.0) -> None:
+            for label, url, pids in gateways:
+                row = measure(
+                    url, pids, case=case, requests=requests, think=think,
+                    connections=args.connections, stream=args.stream,
+                )  # fmt: skip
+                rows.append({"src": label, **row})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+
+        for _ in range(args.reps):
+            if upstream == "mock":
+                set_ttft(0)
+                each("mock0", args.requests)
+                if args.quick:
+                    continue
+                set_ttft(500)
+                each("mock500", args.slow_requests)
+                set_ttft(0)
+                each("mock0_paced", args.slow_requests, think=0.5)
+                for label, _, pids in gateways:
+                    rows.append({"src": label, **idle(pids, args.idle_seconds)})
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            elif args.scale == 0:
+                each("sim0", args.requests)
+            else:
+                each("sim500", args.slow_requests)
+    finally:
+        procs.stop()
+    return rows
+
+
+def source_label(src: Path) -> str:
+    """The checkout's commit, and whether its work tree differs from it."""
+    head = subprocess.run(
+        ["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + ("+changes" if dirty else "")
+
+
+def inside(args: argparse.Namespace) -> None:
+    """Runs in the namespace: each stack in turn, rows as JSON on the last line."""
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="sy-cpu-") as tmp:
+        folder = Path(tmp)
+        if args.upstream in ("mock", "both"):
+            rows += run_stack("mock", args, folder)
+        if args.upstream in ("sim", "both"):
+            for scale in (0.0, 1.0):
+                args.scale = scale
+                rows += run_stack("sim", args, folder)
+    print("ROWS " + json.dumps(rows), flush=True)
+
+
+def mean(rows: list[dict], name: str) -> float:
+    values = [r[name] for r in rows if name in r]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
+        "| Redis commands / req | EVALSHA / req | bytes to Redis / req | loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["case"], row["src"]), []).append(row)
+    for (case, src), group in groups.items():
+        if case == "idle":
+            values = [r["cpu_ms_per_s"] for r in group]
+            lines.append(
+                f"| idle (CPU ms / s, all workers) | {src} | | | | "
+                f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} "
+                "| | | | |"
+            )
+            continue
+        values = [r["cpu_ms_per_req"] for r in group]
+        lines.append(
+            f"| {case}{' stream' if group[0]['stream'] else ''} | {src} | {group[0]['requests']} "
+            f"| {sum(r['errors'] for r in group)} | "
+            f"{sum(r['rps'] for r in group) / len(group):.0f} | "
+            f"{' / '.join(f'{v:.3f}' for v in values)} | {sum(values) / len(values):.3f} | "
+            f"{mean(group, 'redis_commands_per_req'):.1f} | "
+            f"{mean(group, 'redis_evalsha_per_req'):.2f} | "
+            f"{mean(group, 'redis_bytes_in_per_req'):,.0f} | "
+            f"{' / '.join(r['loadavg'] for r in group)} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--upstream", choices=("mock", "sim", "both"), default="mock")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--slow-requests", type=int, default=480)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--py-spy", type=Path, help="profile worker 1 of each case into DIR")
+    parser.add_argument("--strace", type=Path, help="count worker 1's syscalls into DIR")
+    parser.add_argument(
+        "--src",
+        type=Path,
+        action="append",
+        help="a checkout whose gateway runs (default: this one); give several to compare them "
+        "side by side under the same load",
+    )
+    parser.add_argument("--quick", action="store_true", help="mock: only the mock0 case")
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.src = args.src or [ROOT]
+    if args.inside:
+        global PROFILE_DIR, STRACE_DIR
+        PROFILE_DIR, STRACE_DIR = args.py_spy, args.strace
+        inside(args)
+        return
+    started = Path("/proc/loadavg").read_text().strip()
+    command = [sys.executable, __file__, "--inside", *sys.argv[1:]]
+    out = subprocess.run(
+        # A private /dev/shm too: the mock keeps its runtime config (the TTFT) in
+        # /dev/shm/mock_upstream_<port>.cfg, which another run on the same ports in another
+        # namespace (this bench, bench/anchors) would otherwise share and change mid-case.
+        [
+            "unshare",
+            "-n",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            'ip link set lo up && mount -t tmpfs tmpfs /dev/shm && exec "$@"',
+            "-",
+            *command,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
+    rows = json.loads(next(line for line in out.splitlines() if line.startswith("ROWS "))[5:])
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    print(f"loadavg at start: {started}\nloadavg at end: {Path('/proc/loadavg').read_text()}")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
