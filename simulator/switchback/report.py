@@ -33,6 +33,7 @@ ROWS = [
     ("capacity_failure_change", "capacity_failure", "refused for capacity"),
     ("cost_change", "cost", "cost per request (USD)"),
     ("served_change", "served", "served share"),
+    ("over_reserved_change", "over_reserved", "output tokens over-reserved per answer"),
 ]
 BLOCK_METRICS = [
     ("ttft_p50", "TTFT p50 (s)"),
@@ -119,7 +120,8 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
         command,
         "```",
         "",
-        f"- Arms: new = `{exp['arms']['new']}`, old = `{exp['arms']['old']}`; seed {exp['seed']}.",
+        f"- Arms: new = `{exp['arms']['new']}`, old = `{exp['arms']['old']}`; seed {exp['seed']}."
+        + _reservations(exp),
         f"- {exp['days']:g} simulated days at scale {exp['scale']:g}, blocks of "
         f"{exp['block_s'] / 3600:g} h (first {exp['warmup_s'] / 3600:g} h discarded), "
         f"{exp['pairs']} pairs; {exp['requests']:,} logical requests simulated.",
@@ -146,6 +148,13 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
     if notes:
         lines += [notes, ""]
     return "\n".join(lines)
+
+
+def _reservations(exp: Mapping[str, Any]) -> str:
+    modes = exp.get("stream_reservation")
+    if not modes:
+        return ""
+    return f" Streams reserve: new `{modes['new']}`, old `{modes['old']}` (C10)."
 
 
 def plots_write(run: Run, directory: Path, *, prefix: str = "") -> list[Path]:
