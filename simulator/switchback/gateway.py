@@ -192,14 +192,17 @@ class SimGateway:
         sent = plan.tokens_to_send
         route.behaviour.finish(now, plan, sent)
         endpoint_id = route.endpoint.id
-        # What the lease held at the end: the first step and those granted since, or the max.
-        reserved = sent
+        # What the lease held at the end: the first step and those granted since, or the max;
+        # and over the answer (token-seconds), to set beside what it had made so far.
+        reserved, reserved_s = sent, None
         if steps is not None:
             grant, reserved = steps.end(), steps.reserved
+            reserved_s = steps.reserved_s
             if steps.refused:
                 self.recorder.tally(request, f"step:{steps.refused_by}")
         elif grant is not None:
             reserved = min(request.max_tokens, route.endpoint.max_output)
+            reserved_s = reserved * (now - started)
         if plan.failure is not None:
             self.admission.settle(route, grant, None)
             self.router.observe(endpoint_id, Outcome("fault", latency_s=now - started), now)
@@ -215,6 +218,8 @@ class SimGateway:
         cost = route.cost(plan.input_tokens, cached, sent)
         actual = Usage(1.0, float(plan.input_tokens), float(sent), cost, 1.0, float(cached))
         self.admission.settle(route, grant, actual)
+        if reserved_s is not None:
+            self.recorder.tally(request, f"held:{endpoint_id}", round(reserved_s - made_s(plan)))
         tool_call = plan.tool_call is not None
         malformed = tool_call and plan.tool_call.malformed  # type: ignore[union-attr]
         self.router.observe(
@@ -282,3 +287,10 @@ class SimGateway:
     def _end(self, request: SimRequest, kind: str) -> None:
         self.recorder.end(request, kind)
         self.follow_up(request, False)
+
+
+def made_s(plan: Plan) -> float:
+    """∫ tokens made so far dt over a served answer (token-seconds): token k arrives at
+    ``ttft + (k - 1) / rate`` and counts until the end, ``ttft + n / rate``."""
+    n = plan.tokens_to_send
+    return n * (n + 1) / (2.0 * plan.tokens_per_s)

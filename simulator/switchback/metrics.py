@@ -105,7 +105,8 @@ class Recorder:
     def tally(self, request: SimRequest, what: str, n: int = 1) -> None:
         """Count ``n`` of ``what`` for a measured request: ``broker:<bucket or reason>``,
         ``provider:<name>:<limit>``, ``step:<bucket>``, ``answers:<endpoint>``,
-        ``output:<endpoint>``."""
+        ``output:<endpoint>``, ``held:<endpoint>`` (token-seconds of output its served answers'
+        leases held beyond what they had made: what reserve-max ties up and steps free)."""
         if request.slot >= 0:
             key = (request.slot, what)
             self.tallies[key] = self.tallies.get(key, 0) + n

@@ -29,6 +29,7 @@ class SimSteps:
         "answer",
         "grant",
         "granted",
+        "held_since",
         "loop",
         "max_output",
         "over",
@@ -37,6 +38,7 @@ class SimSteps:
         "refused",
         "refused_by",
         "reserved",
+        "reserved_s",
         "started",
         "store",
     )
@@ -61,16 +63,24 @@ class SimSteps:
         self.over = False  # the stream ended: no step is asked any more
         self.answer: Plan | None = None
         self.started = 0.0
+        self.reserved_s = 0.0  # ∫ reserved dt up to held_since (token-seconds)
+        self.held_since = 0.0
 
     def start(self, answer: Plan, started: float) -> None:
         """The provider admitted the stream at ``started``: schedule its first top-up."""
-        self.answer, self.started = answer, started
+        self.answer, self.started, self.held_since = answer, started, started
         self._schedule(0)
 
     def end(self) -> Grant:
         """The stream is over (answered, failed): no further step. The lease to settle."""
         self.over = True
+        self._hold()
         return self.grant
+
+    def _hold(self) -> None:
+        now = self.loop.now
+        self.reserved_s += self.reserved * (now - self.held_since)
+        self.held_since = now
 
     def _schedule(self, generated: int) -> None:
         """The next step is asked at the first token ``g`` > ``generated`` for which
@@ -99,6 +109,7 @@ class SimSteps:
         )
         result = self.store.extend(self.grant, step, now=self.loop.now)
         if result.outcome is Outcome.EXTENDED and result.grant is not None:
+            self._hold()
             self.reserved += more
             self.granted += 1
             self.grant = result.grant

@@ -119,7 +119,13 @@ def test_it_reserves_the_first_step_and_tops_up_as_the_tokens_arrive():
     s = h.recorder.slots[0]
     assert (s.served, s.output_tokens, s.steps_granted, s.steps_refused) == (1, 250, 2, 0)
     assert (s.over_reserved_tokens, s.unreserved_tokens) == (50, 0)
-    assert [what for _, what in h.recorder.tallies] == ["answers:t/m@a", "output:t/m@a"]
+    # Held beyond what was made, over the answer: 100 × 0.8 s + 200 × 1 s + 300 × 1 s reserved,
+    # less Σ over the 250 tokens of the time each counted (250 · 251 / 2 / 100 token-seconds).
+    assert h.recorder.tallies == {
+        (0, "held:t/m@a"): round(580 - 313.75),
+        (0, "answers:t/m@a"): 1,
+        (0, "output:t/m@a"): 250,
+    }
 
 
 def test_it_stops_asking_after_a_refused_step_but_serves_the_whole_answer():
@@ -158,6 +164,7 @@ def test_it_reserves_the_whole_maximum_in_max_mode():
     assert h.left_at(3.0) == pytest.approx(750)
     s = h.recorder.slots[0]
     assert (s.steps_granted, s.over_reserved_tokens) == (0, 512 - 250)
+    assert h.recorder.tallies[(0, "held:t/m@a")] == round(512 * 2.8 - 313.75)
 
 
 def test_it_admits_in_steps_a_stream_whose_maximum_would_not_fit():
