@@ -173,11 +173,17 @@ def plots_write(run: Run, directory: Path, *, prefix: str = "") -> list[Path]:
     return written
 
 
+def arm_side(run: Run, block: int) -> str:
+    """``new`` or ``old``: the arm a block ran, by its place in its pair (the strategy's name
+    cannot say it in an A/A run, or when the arms differ in stream reservation only)."""
+    return "new" if run.design.arm_of(block, run.design.orders()) == 0 else "old"
+
+
 def _arm_strip(ax: Any, run: Run, low: float, high: float) -> None:
     """A band from ``low`` to ``high`` coloured by the router of each block (warm-up paler)."""
     design = run.design
     for block in range(2 * design.pairs):
-        arm = "new" if run.arms_of_blocks.get(block) == design.arms[0] else "old"
+        arm = arm_side(run, block)
         start = block * design.block_s / 3600
         warm = start + design.warmup_s / 3600
         end = (block + 1) * design.block_s / 3600
@@ -222,7 +228,7 @@ def _blocks_plot(run: Run, plt: Any, path: Path) -> Path:
             value = arm_values([run.blocks[block]["*"]]).get(metric)
             if value is None:
                 continue
-            arm = "new" if run.arms_of_blocks.get(block) == design.arms[0] else "old"
+            arm = arm_side(run, block)
             xs[arm].append((block + 0.5) * design.block_s / 3600)
             ys[arm].append(value)
         by_block = {b: arm_values([run.blocks[b]["*"]]).get(metric) for b in sorted(run.blocks)}
