@@ -114,7 +114,7 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
     result = run.result
     exp = result["experiment"]
     lines = [
-        "# Switchback experiment: routing-cost router vs price-only (SPEC G16)",
+        f"# Switchback experiment: {report_title(exp)} (SPEC G16)",
         "",
         "```",
         command,
@@ -148,6 +148,16 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
     if notes:
         lines += [notes, ""]
     return "\n".join(lines)
+
+
+def report_title(exp: Mapping[str, Any]) -> str:
+    """What the two arms compare: the routers, or how streams reserve on one router."""
+    arms, modes = exp["arms"], exp.get("stream_reservation")
+    if arms["new"] == arms["old"] and modes and modes["new"] != modes["old"]:
+        return f"streams reserving `{modes['new']}` vs `{modes['old']}` (C10), one router"
+    if arms["new"] == arms["old"]:
+        return f"`{arms['new']}` against itself (A/A)"
+    return f"`{arms['new']}` router vs `{arms['old']}`"
 
 
 def _reservations(exp: Mapping[str, Any]) -> str:
