@@ -30,7 +30,7 @@ providers:
     protocol: openai
     base_url: http://127.0.0.1:1/v1
     limits:
-      - {dimension: output_tokens, capacity: OUTPUT, window: day, resets_at: "00:00", timezone: UTC}
+      - LIMIT
 models:
   - slug: t/m
     endpoints:
@@ -43,7 +43,7 @@ providers:
   - name: a
     port: 0
     protocol: openai
-    limits: {requests_per_minute: 1000}
+    limits: {requests_per_minute: 1000PROVIDER_LIMITS}
     models:
       m: {ttft_ms: {median: 300, p95: 300}, tokens_per_s: {median: 100, p05: 100}, error_rate: 0.0}
 traffic:
@@ -54,19 +54,33 @@ traffic:
 START = 1000.0  # 00:16:40 UTC on day 0: inside one daily window for the whole test
 
 
+DAILY = (
+    '{dimension: output_tokens, capacity: OUTPUT, window: day, resets_at: "00:00", timezone: UTC}'
+)
+
+
 class Harness:
-    def __init__(self, *, output_capacity: int, mode: str = "increments"):
-        config = CONFIG.replace("OUTPUT", str(output_capacity)).replace("MODE", mode)
+    def __init__(
+        self,
+        *,
+        output_capacity: int,
+        mode: str = "increments",
+        limit: str = DAILY,
+        provider_limits: str = "",
+    ):
+        config = CONFIG.replace("LIMIT", limit).replace("OUTPUT", str(output_capacity))
+        config = config.replace("MODE", mode)
         self.loop = EventLoop(START)
         sim = market_build(
             config_parse(yaml.safe_load(config)),
-            parse_market_text(MARKET),
+            parse_market_text(MARKET.replace("PROVIDER_LIMITS", provider_limits)),
             scale=1.0,
             rng=random.Random(1),
             origin=START,
             headroom_s=0.0,
             learn_concurrency=False,
         )
+        self.behaviour = sim.behaviours["a"]
         self.store = MemoryReservationStore(clock=lambda: self.loop.now, lease_seconds=LEASE_S)
         self.recorder = Recorder(
             routes=sim.route_names, endpoints=sim.endpoint_ids, slots=1, origin=START, bin_s=60.0
@@ -190,3 +204,21 @@ def test_it_switches_mode_for_the_streams_that_arrive_after():
     assert h.gateway.step_plan is not None and h.gateway.step_plan.step_tokens == 100
     with pytest.raises(ValueError, match="max or increments"):
         h.gateway.reserve_streams("some")
+
+
+@pytest.mark.parametrize(("mode", "provider_429s"), [("max", 0), ("increments", 1)])
+def test_it_admits_in_steps_what_a_provider_counting_max_tokens_refuses(mode, provider_429s):
+    # The provider debits max_tokens (512) from its own 1,000 output tokens a minute when it
+    # accepts a call, as the broker's reserve-max does. Two streams at once: reserve-max lets the
+    # second wait for the 24 tokens it lacks (1.44 s of refill) and the provider takes it; in
+    # steps the broker holds 100 + 100 and sends both, and the provider refuses the second.
+    h = Harness(
+        output_capacity=1000,
+        mode=mode,
+        limit="{dimension: output_tokens, capacity: 1000, per: 1m}",
+        provider_limits=", output_tokens_per_minute: 1000",
+    )
+    first, second = h.send(output_tokens=50), h.send(output_tokens=50)
+    h.loop.run(START + 60.0)
+    assert h.behaviour.counters.rate_limited["output_tokens_per_minute"] == provider_429s
+    assert (first.provider_429, second.provider_429) == (0, provider_429s)
