@@ -29,7 +29,9 @@ from quotas.core.fairqueue import (
     QueueReason,
     QueueRefusal,
     refusal_floor,
+    request_cost,
 )
+from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.core.jitter import jittered, pause_spread
 from quotas.core.keys import record_key
 from quotas.core.learned import asked_of, refusal_unexplained
@@ -67,6 +69,9 @@ class Workload:
     retry_budget: int
     weight: float = 1.0
     max_queue_depth: int = 100
+    # C10: how its streams reserve output ("max" or "increments", in steps of step_tokens).
+    stream_reservation: str = "max"
+    stream_step_tokens: int = DEFAULT_STEP_TOKENS
 
 
 class SimAdmission:
@@ -81,7 +86,7 @@ class SimAdmission:
         rng: random.Random,
         granted: Callable[[SimRequest, Route, Grant | None], None],
         refused: Callable[[SimRequest], None],
-        broker_refused: Callable[[SimRequest, Route], None],
+        broker_refused: Callable[[SimRequest, Route, QueueRefusal], None],
         capacity: CapacityView | None = None,
     ) -> None:
         self.loop, self.store, self.workload, self.rng = loop, store, workload, rng
@@ -120,7 +125,7 @@ class SimAdmission:
                 floor = refusal_floor(result, route.buckets, now)
                 self.capacity.full(route.endpoint.id, floor, now, float(request.input_tokens))
             if result.reason is not QueueReason.DEADLINE:
-                self.broker_refused(request, route)
+                self.broker_refused(request, route, result)
             if result.reason is Reason.UNSATISFIABLE:
                 continue
             if best is None or result.retry_at < best[0]:
@@ -142,6 +147,12 @@ class SimAdmission:
     ) -> Grant | QueueRefusal | Queued:
         e = route.endpoint
         output = min(request.max_tokens, e.max_output)
+        cost = None
+        if request.step_plan is not None:
+            # C10 in steps (gateway.admission.reserved_usage): the first step of output and
+            # its spend; its place in the fair queue is charged its whole estimate (_turn).
+            cost = request_cost(Usage(input_tokens=request.input_tokens, output_tokens=output))
+            output = request.step_plan.first_step(output)
         spend = (request.input_tokens * e.price_input + output * e.price_output) * 1e-6
         demand = Usage(1.0, float(request.input_tokens), float(output), spend, 1.0)
         self._serial += 1
@@ -169,6 +180,7 @@ class SimAdmission:
             burst=DEFAULT_BURST_TOKENS,
             mailbox=MAILBOX,
             now=now,
+            cost=cost,
         )
         self._deliver()  # entering pumps the pool: others may have been granted
         return result

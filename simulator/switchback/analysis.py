@@ -33,6 +33,12 @@ RATIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "cost": (("cost_sum",), "served"),
     "served": (("served",), "requests"),
     "cache_hit": (("cached_input_tokens",), "input_tokens"),
+    # C10: output tokens reserved beyond (over) and made beyond (unreserved) what the lease held
+    # at the end, and the refused steps of streams in steps, per answer served.
+    "over_reserved": (("over_reserved_tokens",), "served"),
+    "unreserved": (("unreserved_tokens",), "served"),
+    "steps_granted": (("steps_granted",), "served"),
+    "steps_refused": (("steps_refused",), "served"),
 }
 # The changes reported, in the order of the report; the four first.
 CHANGES = {
@@ -46,6 +52,7 @@ CHANGES = {
     "broker_refusal_change": "broker_refusal",
     "capacity_failure_change": "capacity_failure",
     "served_change": "served",
+    "over_reserved_change": "over_reserved",
 }
 BOOTSTRAP_RESAMPLES = 2000
 FIELDS = sorted({f for num, den in RATIOS.values() for f in (*num, den)})

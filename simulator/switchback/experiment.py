@@ -50,6 +50,8 @@ class Options:
     headroom_s: float | None = None  # None: the gateway's PROVIDER_HEADROOM_SECONDS
     learn_concurrency: bool | None = None  # None: the gateway's LEARN_PROVIDER_CONCURRENCY
     compiled: str | None = None  # a compiled build's directory; None: the cores imported here
+    # C10, per arm (new, old): "max" or "increments"; None: the workload class's, in both.
+    stream_reservation: tuple[str, str] | None = None
 
 
 @dataclass
@@ -117,7 +119,11 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
     total = sum(s.end_s - s.start_s + DRAIN_S for s in segments)
     params = _params(options)
     settings = _SegmentSettings(
-        options.scale, params, _headroom(options), _learn_concurrency(options)
+        options.scale,
+        params,
+        _headroom(options),
+        _learn_concurrency(options),
+        options.stream_reservation,
     )
     results: list[SegmentResult]
     jobs: list[tuple[Any, ...]]
@@ -141,12 +147,15 @@ def experiment_run(options: Options, *, progress: ProgressCallback | None = None
     blocks: dict[int, dict[str, dict[str, Any]]] = {}
     shares: dict[tuple[int, str], int] = {}
     arms_of_blocks: dict[int, str] = {}
+    tallies: dict[int, dict[str, int]] = {}
     for r in results:
         blocks.update(r.blocks)
+        tallies.update(r.tallies)
         for key, n in r.shares.items():
             shares[key] = shares.get(key, 0) + n
         arms_of_blocks.update(r.strategy_blocks)
     result = result_build(design, options, segments, blocks, sum(r.requests for r in results))
+    result["tallies"] = _tallies_by_arm(design, tallies)
     return Run(
         result=result,
         design=design,
@@ -172,6 +181,20 @@ def _left_out(config: Config, market: Market) -> list[str]:
         for p in config.providers
         if p.name not in described
     ]
+
+
+def _tallies_by_arm(
+    design: Design, tallies: dict[int, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Each arm's tallies over its measured blocks (``Recorder.tally``: what refused, which
+    endpoint served how much)."""
+    orders = design.orders()
+    out: dict[str, dict[str, int]] = {"new": {}, "old": {}}
+    for block, counts in tallies.items():
+        side = out["new" if design.arm_of(block, orders) == 0 else "old"]
+        for what, n in counts.items():
+            side[what] = side.get(what, 0) + n
+    return {arm: dict(sorted(c.items())) for arm, c in out.items()}
 
 
 def result_build(
@@ -201,6 +224,9 @@ def result_build(
         "per_model": per_model,
         "experiment": {
             "arms": {"new": design.arms[0], "old": design.arms[1]},
+            "stream_reservation": None
+            if options.stream_reservation is None
+            else {"new": options.stream_reservation[0], "old": options.stream_reservation[1]},
             "seed": design.seed,
             "days": design.duration_s / DAY,
             "scale": options.scale,
@@ -252,6 +278,7 @@ class _SegmentSettings:
     params: dict[str, Any]  # RoutingParameters' fields: plain data crosses processes
     headroom_s: float
     learn_concurrency: bool
+    stream_reservation: tuple[str, str] | None = None
 
 
 def _headroom(options: Options) -> float:
@@ -298,6 +325,7 @@ def _segment_job(
         params=RoutingParameters(**settings.params),
         headroom_s=settings.headroom_s,
         learn_concurrency=settings.learn_concurrency,
+        stream_reservation=settings.stream_reservation,
         progress=_shared_progress if progress is None else progress,
     )
 

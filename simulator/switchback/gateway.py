@@ -22,6 +22,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from quotas.core.fairqueue import QueueRefusal
+from quotas.core.increments import StepPlan
 from quotas.core.model import Grant, Usage
 from quotas.core.retry import Failure, Next, retry_decide
 from quotas.store.memory import MemoryReservationStore
@@ -37,6 +39,7 @@ from simulator.switchback.admission import SimAdmission, Workload
 from simulator.switchback.loop import EventLoop
 from simulator.switchback.metrics import CAPACITY, ERROR, UNROUTABLE, Recorder
 from simulator.switchback.route import Route
+from simulator.switchback.steps import SimSteps
 from simulator.switchback.traffic import TOOLS, SimRequest
 
 # A refusal or an at-once failure reaches the gateway after one round trip.
@@ -67,6 +70,8 @@ class SimGateway:
         self.routes, self.workload, self.recorder = routes, workload, recorder
         self.rng, self.classify, self.follow_up = rng, classify, follow_up
         self._pinned: dict[str, ProviderPreferences] = {}
+        self.step_plan: StepPlan | None = None  # C10: streams reserve in steps of this plan
+        self.reserve_streams(workload.stream_reservation)
         self.admission = SimAdmission(
             loop=loop,
             store=store,
@@ -78,10 +83,20 @@ class SimGateway:
             capacity=router.capacity,
         )
 
+    def reserve_streams(self, mode: str) -> None:
+        """C10: how the streams that arrive from now on reserve their output: ``max`` (all of
+        it at admission) or ``increments`` (in steps of the workload's step tokens), as the
+        workload class's ``stream_reservation`` says in the gateway."""
+        if mode not in ("max", "increments"):
+            raise ValueError(f"stream reservation must be max or increments, not {mode!r}")
+        step = max(1, self.workload.stream_step_tokens)
+        self.step_plan = StepPlan(step_tokens=step) if mode == "increments" else None
+
     # -- arrival and plan ---------------------------------------------------------------
     def arrive(self, request: SimRequest) -> None:
         now = self.loop.now
         request.slot = self.classify(request)
+        request.step_plan = self.step_plan  # every answer here is streamed
         conversation = request.conversation
         prefs = NO_PREFERENCES
         if request.pinned is not None:
@@ -109,8 +124,9 @@ class SimGateway:
             return
         self.admission.admit(request)
 
-    def _broker_refused(self, request: SimRequest, route: Route) -> None:
+    def _broker_refused(self, request: SimRequest, route: Route, refusal: QueueRefusal) -> None:
         request.broker_refusals += 1
+        self.recorder.tally(request, f"broker:{refusal.bucket or refusal.reason.value}")
 
     # -- dispatch and answer ------------------------------------------------------------
     def _dispatch(self, request: SimRequest, route: Route, grant: Grant | None) -> None:
@@ -136,8 +152,19 @@ class SimGateway:
             self.loop.schedule(at, self._refused, (request, route, outcome, grant))
             return
         self.admission.observe_headers(route, outcome.limits)
+        steps = None
+        if request.step_plan is not None and grant is not None and not outcome.fails_at_once:
+            steps = SimSteps(
+                request.step_plan,
+                grant=grant,
+                max_output=min(request.max_tokens, route.endpoint.max_output),
+                price_output=route.endpoint.price_output,
+                store=self.store,
+                loop=self.loop,
+            )
+            steps.start(outcome, now)
         at = now + (REFUSAL_LATENCY_S if outcome.fails_at_once else outcome.duration_s)
-        self.loop.schedule(at, self._answered, (request, route, grant, outcome, now))
+        self.loop.schedule(at, self._answered, (request, route, grant, outcome, now, steps))
 
     def _refused(self, args: tuple[SimRequest, Route, Rejection, Grant | None]) -> None:
         request, route, rejection, grant = args
@@ -148,6 +175,7 @@ class SimGateway:
             return
         self.router.observe(route.endpoint.id, PROVIDER_REFUSED, now)
         request.provider_429 += 1
+        self.recorder.tally(request, f"provider:{route.endpoint.provider}:{rejection.reason}")
         if rejection.retryable:
             self.admission.observe_refusal(route, request, rejection.limits)
         retry_after = rejection.retry_after_header
@@ -156,12 +184,25 @@ class SimGateway:
         failure = Failure.CAPACITY if rejection.retryable else Failure.POLICY
         self._retry(request, route, failure, float(retry_after) if retry_after else None)
 
-    def _answered(self, args: tuple[SimRequest, Route, Grant | None, Plan, float]) -> None:
-        request, route, grant, plan, started = args
+    def _answered(
+        self, args: tuple[SimRequest, Route, Grant | None, Plan, float, SimSteps | None]
+    ) -> None:
+        request, route, grant, plan, started, steps = args
         now = self.loop.now
         sent = plan.tokens_to_send
         route.behaviour.finish(now, plan, sent)
         endpoint_id = route.endpoint.id
+        # What the lease held at the end: the first step and those granted since, or the max;
+        # and over the answer (token-seconds), to set beside what it had made so far.
+        reserved, reserved_s = sent, None
+        if steps is not None:
+            grant, reserved = steps.end(), steps.reserved
+            reserved_s = steps.reserved_s
+            if steps.refused:
+                self.recorder.tally(request, f"step:{steps.refused_by}")
+        elif grant is not None:
+            reserved = min(request.max_tokens, route.endpoint.max_output)
+            reserved_s = reserved * (now - started)
         if plan.failure is not None:
             self.admission.settle(route, grant, None)
             self.router.observe(endpoint_id, Outcome("fault", latency_s=now - started), now)
@@ -177,6 +218,8 @@ class SimGateway:
         cost = route.cost(plan.input_tokens, cached, sent)
         actual = Usage(1.0, float(plan.input_tokens), float(sent), cost, 1.0, float(cached))
         self.admission.settle(route, grant, actual)
+        if reserved_s is not None:
+            self.recorder.tally(request, f"held:{endpoint_id}", round(reserved_s - made_s(plan)))
         tool_call = plan.tool_call is not None
         malformed = tool_call and plan.tool_call.malformed  # type: ignore[union-attr]
         self.router.observe(
@@ -207,6 +250,8 @@ class SimGateway:
             cost=cost,
             tool_call=tool_call,
             malformed=malformed,
+            reserved_output=reserved,
+            steps=(steps.granted, steps.refused) if steps is not None else (0, False),
         )
         self.follow_up(request, tool_call)
 
@@ -242,3 +287,10 @@ class SimGateway:
     def _end(self, request: SimRequest, kind: str) -> None:
         self.recorder.end(request, kind)
         self.follow_up(request, False)
+
+
+def made_s(plan: Plan) -> float:
+    """∫ tokens made so far dt over a served answer (token-seconds): token k arrives at
+    ``ttft + (k - 1) / rate`` and counts until the end, ``ttft + n / rate``."""
+    n = plan.tokens_to_send
+    return n * (n + 1) / (2.0 * plan.tokens_per_s)

@@ -212,6 +212,8 @@ def _workload(config: Config, name: str) -> Workload:
                 retry_budget=spec.retry_budget,
                 weight=spec.weight,
                 max_queue_depth=spec.max_queue_depth,
+                stream_reservation=spec.stream_reservation,
+                stream_step_tokens=spec.stream_step_tokens,
             )
     return DEFAULT_WORKLOAD
 

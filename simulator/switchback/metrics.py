@@ -19,6 +19,11 @@ Definitions (every one per *logical* request — a client's request, whatever it
   or a stream broken after its first token). ``capacity_failures``: requests refused to the
   client because no candidate had capacity before the deadline (the queue's refusal: deadline,
   deadline unreachable, queue or flow full), or because 429s used up the retry budget.
+- ``over_reserved``: output tokens the served answer's lease held at its end beyond what it
+  made (reserve-max: ``min(max_tokens, max_output)`` − made; in steps: first step + granted
+  steps − made), per successful request; ``unreserved``: what it made beyond what its lease held
+  (a stream whose next step was refused), charged at the settle. ``steps_granted`` /
+  ``steps_refused``: a stream in steps' top-ups after the first, per successful request.
 - ``cost``: what the provider charged for the served answer (uncached input, cached input at
   the cached price, output), per successful request. Refused and failed attempts cost nothing.
 """
@@ -56,6 +61,10 @@ class SlotStats:
     output_tokens: int = 0
     tool_calls: int = 0
     malformed_tool_calls: int = 0
+    over_reserved_tokens: int = 0
+    unreserved_tokens: int = 0
+    steps_granted: int = 0
+    steps_refused: int = 0
     ttfts: array[float] = field(default_factory=lambda: array("d"))
 
     def as_dict(self) -> dict[str, Any]:
@@ -88,6 +97,19 @@ class Recorder:
         self.slots = [SlotStats() for _ in range(slots)]
         self.origin, self.bin_s = origin, bin_s
         self.shares: dict[tuple[int, int], int] = {}  # (time bin, endpoint) → answers served
+        # (slot, what) → count: which limits bind and where the answers went — the broker's
+        # fast-try refusals by bucket, the providers' 429s by limit, the refused steps by
+        # bucket, the answers and output tokens served per endpoint.
+        self.tallies: dict[tuple[int, str], int] = {}
+
+    def tally(self, request: SimRequest, what: str, n: int = 1) -> None:
+        """Count ``n`` of ``what`` for a measured request: ``broker:<bucket or reason>``,
+        ``provider:<name>:<limit>``, ``step:<bucket>``, ``answers:<endpoint>``,
+        ``output:<endpoint>``, ``held:<endpoint>`` (token-seconds of output its served answers'
+        leases held beyond what they had made: what reserve-max ties up and steps free)."""
+        if request.slot >= 0:
+            key = (request.slot, what)
+            self.tallies[key] = self.tallies.get(key, 0) + n
 
     def end(self, request: SimRequest, kind: str) -> None:
         """A request ended without an answer."""
@@ -115,11 +137,15 @@ class Recorder:
         cost: float,
         tool_call: bool,
         malformed: bool,
+        reserved_output: int | None = None,
+        steps: tuple[int, bool] = (0, False),
     ) -> None:
         key = (int((now - self.origin) // self.bin_s), self.endpoint_index[endpoint])
         self.shares[key] = self.shares.get(key, 0) + 1
         if request.slot < 0:
             return
+        self.tally(request, f"answers:{endpoint}")
+        self.tally(request, f"output:{endpoint}", output_tokens)
         stats = self.slots[request.slot]
         _count(stats, request)
         stats.served += 1
@@ -133,6 +159,11 @@ class Recorder:
         stats.output_tokens += output_tokens
         stats.tool_calls += tool_call
         stats.malformed_tool_calls += malformed
+        held = output_tokens if reserved_output is None else reserved_output
+        stats.over_reserved_tokens += max(0, held - output_tokens)
+        stats.unreserved_tokens += max(0, output_tokens - held)
+        stats.steps_granted += steps[0]
+        stats.steps_refused += steps[1]
 
 
 def _count(stats: SlotStats, request: SimRequest) -> None:

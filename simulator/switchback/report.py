@@ -33,6 +33,7 @@ ROWS = [
     ("capacity_failure_change", "capacity_failure", "refused for capacity"),
     ("cost_change", "cost", "cost per request (USD)"),
     ("served_change", "served", "served share"),
+    ("over_reserved_change", "over_reserved", "output tokens over-reserved per answer"),
 ]
 BLOCK_METRICS = [
     ("ttft_p50", "TTFT p50 (s)"),
@@ -113,13 +114,14 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
     result = run.result
     exp = result["experiment"]
     lines = [
-        "# Switchback experiment: routing-cost router vs price-only (SPEC G16)",
+        f"# Switchback experiment: {report_title(exp)} (SPEC G16)",
         "",
         "```",
         command,
         "```",
         "",
-        f"- Arms: new = `{exp['arms']['new']}`, old = `{exp['arms']['old']}`; seed {exp['seed']}.",
+        f"- Arms: new = `{exp['arms']['new']}`, old = `{exp['arms']['old']}`; seed {exp['seed']}."
+        + _reservations(exp),
         f"- {exp['days']:g} simulated days at scale {exp['scale']:g}, blocks of "
         f"{exp['block_s'] / 3600:g} h (first {exp['warmup_s'] / 3600:g} h discarded), "
         f"{exp['pairs']} pairs; {exp['requests']:,} logical requests simulated.",
@@ -148,6 +150,23 @@ def report_markdown(run: Run, *, command: str, plots: Sequence[str] = (), notes:
     return "\n".join(lines)
 
 
+def report_title(exp: Mapping[str, Any]) -> str:
+    """What the two arms compare: the routers, or how streams reserve on one router."""
+    arms, modes = exp["arms"], exp.get("stream_reservation")
+    if arms["new"] == arms["old"] and modes and modes["new"] != modes["old"]:
+        return f"streams reserving `{modes['new']}` vs `{modes['old']}` (C10), one router"
+    if arms["new"] == arms["old"]:
+        return f"`{arms['new']}` against itself (A/A)"
+    return f"`{arms['new']}` router vs `{arms['old']}`"
+
+
+def _reservations(exp: Mapping[str, Any]) -> str:
+    modes = exp.get("stream_reservation")
+    if not modes:
+        return ""
+    return f" Streams reserve: new `{modes['new']}`, old `{modes['old']}` (C10)."
+
+
 def plots_write(run: Run, directory: Path, *, prefix: str = "") -> list[Path]:
     """Traffic shares over time and each metric per block, as PNG files in ``directory``."""
     import matplotlib
@@ -164,11 +183,17 @@ def plots_write(run: Run, directory: Path, *, prefix: str = "") -> list[Path]:
     return written
 
 
+def arm_side(run: Run, block: int) -> str:
+    """``new`` or ``old``: the arm a block ran, by its place in its pair (the strategy's name
+    cannot say it in an A/A run, or when the arms differ in stream reservation only)."""
+    return "new" if run.design.arm_of(block, run.design.orders()) == 0 else "old"
+
+
 def _arm_strip(ax: Any, run: Run, low: float, high: float) -> None:
     """A band from ``low`` to ``high`` coloured by the router of each block (warm-up paler)."""
     design = run.design
     for block in range(2 * design.pairs):
-        arm = "new" if run.arms_of_blocks.get(block) == design.arms[0] else "old"
+        arm = arm_side(run, block)
         start = block * design.block_s / 3600
         warm = start + design.warmup_s / 3600
         end = (block + 1) * design.block_s / 3600
@@ -213,7 +238,7 @@ def _blocks_plot(run: Run, plt: Any, path: Path) -> Path:
             value = arm_values([run.blocks[block]["*"]]).get(metric)
             if value is None:
                 continue
-            arm = "new" if run.arms_of_blocks.get(block) == design.arms[0] else "old"
+            arm = arm_side(run, block)
             xs[arm].append((block + 0.5) * design.block_s / 3600)
             ys[arm].append(value)
         by_block = {b: arm_values([run.blocks[b]["*"]]).get(metric) for b in sorted(run.blocks)}

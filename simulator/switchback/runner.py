@@ -47,6 +47,8 @@ class SegmentResult:
     requests: int
     wall_s: float
     strategy_blocks: dict[int, str] = field(default_factory=dict)
+    # block → ``Recorder.tally``'s labels → count, measured requests only
+    tallies: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 def segment_run(
@@ -59,9 +61,14 @@ def segment_run(
     params: RoutingParameters | None = None,
     headroom_s: float = 1.0,
     learn_concurrency: bool = True,
+    stream_reservation: tuple[str, str] | None = None,
     progress: Any = None,
 ) -> SegmentResult:
-    """Simulate one segment and return its blocks' measurements (deterministic per seed)."""
+    """Simulate one segment and return its blocks' measurements (deterministic per seed).
+
+    ``stream_reservation``: each arm's C10 mode (``max`` / ``increments``), switched with the
+    router's strategy at each block boundary; None: the workload class's own, in both arms.
+    """
     started = time.perf_counter()
     assert market.traffic is not None
     rng = random.Random(f"switchback-{design.seed}-{segment.index}")
@@ -130,8 +137,11 @@ def segment_run(
     strategies: dict[int, str] = {}
 
     def switch(block: int) -> None:
-        router.default_strategy = design.arms[design.arm_of(block, orders)]
+        arm = design.arm_of(block, orders)
+        router.default_strategy = design.arms[arm]
         strategies[block] = router.default_strategy
+        if stream_reservation is not None:
+            gateway.reserve_streams(stream_reservation[arm])
 
     first_block = int(segment.start_s // design.block_s)
     for block in range(first_block, design.blocks + 1):
@@ -157,7 +167,16 @@ def segment_run(
         requests=counted[0],
         wall_s=time.perf_counter() - started,
         strategy_blocks=strategies,
+        tallies=_tallies(recorder.tallies, n_routes),
     )
+
+
+def _tallies(counts: dict[tuple[int, str], int], n_routes: int) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    for (slot, what), n in counts.items():
+        block = out.setdefault(slot // n_routes, {})
+        block[what] = block.get(what, 0) + n
+    return out
 
 
 @contextmanager

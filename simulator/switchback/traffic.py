@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from quotas.core.increments import StepPlan
 from routing.core import StickyState
 from simulator.model import ToolSpec, TrafficModelSpec, TrafficSpec, WhaleSpec
 from simulator.switchback.loop import EventLoop
@@ -86,6 +87,7 @@ class SimRequest:
         "pinned",
         "provider_429",
         "slot",
+        "step_plan",
         "tools",
     )
 
@@ -117,6 +119,8 @@ class SimRequest:
         self.provider_429 = 0
         self.broker_refusals = 0
         self.candidates: list[Route] = []  # endpoints not tried yet, in plan order
+        # C10: its output reserved in steps (the arm's plan when it arrived), or None: the max.
+        self.step_plan: StepPlan | None = None
 
 
 Sink = Callable[[SimRequest], None]

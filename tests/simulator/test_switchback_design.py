@@ -1,6 +1,9 @@
 """The switchback design: paired blocks in a seeded random order, and parallel segments."""
 
+from types import SimpleNamespace
+
 from simulator.switchback.design import DAY, NEW, OLD, Design, segments_plan
+from simulator.switchback.report import arm_side, report_title
 
 WEEK = Design(block_s=3 * 3600.0, warmup_s=3600.0, duration_s=7 * DAY, seed=7)
 
@@ -63,3 +66,27 @@ def test_it_balances_two_segments_of_a_week():
     first, second = segments_plan(WEEK, 2)
     loads = [first.end_s - first.start_s, second.end_s - second.start_s]
     assert max(loads) <= 96 * 3600
+
+
+def test_it_tells_the_plots_each_blocks_arm_when_both_arms_run_one_strategy():
+    # An A/A run (or arms that differ in stream reservation only): the strategy's name cannot
+    # say which arm a block ran; its place in the pair does.
+    design = Design(3 * 3600.0, 3600.0, 2 * DAY, 7, arms=("routing_cost", "routing_cost"))
+    run = SimpleNamespace(design=design)
+    sides = [arm_side(run, block) for block in range(2 * design.pairs)]  # type: ignore[arg-type]
+    assert all({sides[2 * p], sides[2 * p + 1]} == {"new", "old"} for p in range(design.pairs))
+    first = ["new" if first else "old" for first in design.orders()]
+    assert sides[0::2] == first
+
+
+def test_it_titles_the_report_by_what_the_arms_compare():
+    def exp(new: str, old: str, modes: tuple[str, str] | None = None) -> dict:
+        reservation = None if modes is None else {"new": modes[0], "old": modes[1]}
+        return {"arms": {"new": new, "old": old}, "stream_reservation": reservation}
+
+    assert report_title(exp(NEW, OLD)) == "`routing_cost` router vs `price_only`"
+    assert report_title(exp(NEW, NEW)) == "`routing_cost` against itself (A/A)"
+    assert report_title(exp(NEW, NEW, ("max", "max"))) == "`routing_cost` against itself (A/A)"
+    assert report_title(exp(NEW, NEW, ("increments", "max"))) == (
+        "streams reserving `increments` vs `max` (C10), one router"
+    )

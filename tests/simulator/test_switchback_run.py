@@ -79,7 +79,7 @@ def test_it_runs_a_scaled_down_day_of_the_saturated_market_quickly():
     # "Quickly": the suite prints its duration (--durations); speed targets live in bench/.
     run = experiment_run(Options(str(REFERENCE_CONFIG), str(SATURATED_MARKET), days=1, scale=0.1))
     result = run.result
-    assert set(result) == {"overall", "per_model", "experiment"}
+    assert set(result) == {"overall", "per_model", "experiment", "tallies"}
     assert set(result["per_model"]) == {"acme/chat-large", "acme/chat-small"}
     for estimate in estimates(result).values():
         assert set(HEADLINE) <= set(estimate) and set(HEADLINE) <= set(estimate["ci"])
@@ -92,6 +92,32 @@ def test_it_runs_a_scaled_down_day_of_the_saturated_market_quickly():
     assert result["overall"]["error_change"] < 0
     # Under half of the requests are served in either arm: the run says so.
     assert "capacity-bound" in (capacity_warning(result) or "")
+
+
+def test_it_compares_streams_in_steps_with_reserve_max_on_one_router(market_files):
+    config, market = market_files
+    options = Options(
+        config,
+        market,
+        days=0.5,
+        arms=("routing_cost", "routing_cost"),
+        stream_reservation=("increments", "max"),
+    )
+    result = experiment_run(options).result
+    assert result["experiment"]["stream_reservation"] == {"new": "increments", "old": "max"}
+    overall = result["overall"]
+    # Only the arm in steps takes steps; it holds far less output beyond what answers make.
+    assert overall["new"]["steps_granted"] > 0 and overall["old"]["steps_granted"] == 0
+    assert overall["over_reserved_change"] < -0.5
+    assert overall["ci"]["over_reserved_change"][1] < 0
+    served = {arm: sum(n for what, n in t.items() if what.startswith("answers:"))
+              for arm, t in result["tallies"].items()}  # fmt: skip
+    assert served["new"] == round(overall["new"]["served"] * overall["new"]["requests"])
+    with pytest.raises(CommandError, match="two of max, increments"):
+        call_command(
+            "switchback", "--config", config, "--market", market, "--pure",
+            "--stream-reservation", "increments",
+        )  # fmt: skip
 
 
 def test_it_writes_json_plots_and_a_report(market_files, tmp_path: Path):

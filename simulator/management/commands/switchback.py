@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.reader import Invalid
 from configfile import ConfigError
+from configfile.schema import STREAM_RESERVATIONS
 from routing.core import RoutingParameters
 from routing.validation import routing_overrides
 from simulator.model import MarketError
@@ -48,6 +49,13 @@ class Command(BaseCommand):
             default=f"{NEW},{OLD}",
             help="new,old strategies; the same twice is an A/A check (default: %(default)s)",
         )
+        parser.add_argument(
+            "--stream-reservation",
+            metavar="NEW,OLD",
+            help="how each arm's streams reserve output (C10): two of max, increments, e.g. "
+            "increments,max with --arms routing_cost,routing_cost compares the two modes on "
+            "the same router (default: the interactive workload class's, in both arms)",
+        )
         parser.add_argument("--seed", type=int, help="override experiment.seed")
         parser.add_argument(
             "--param",
@@ -75,6 +83,7 @@ class Command(BaseCommand):
             raise CommandError(f"--arms needs two of {', '.join(ARMS)}, e.g. {NEW},{OLD}")
         if options["scale"] <= 0:
             raise CommandError("--scale must be positive")
+        reservation = _stream_reservation(options["stream_reservation"])
         build, which = compiled.cores(pure=options["pure"])
         self._note(which)
         run_options = Options(
@@ -88,6 +97,7 @@ class Command(BaseCommand):
             seed=options["seed"],
             params=_params(options["param"]),
             compiled=build,
+            stream_reservation=reservation,
         )
         bar = None if options["no_progress"] else _bar()
         try:
@@ -134,6 +144,18 @@ class Command(BaseCommand):
             self._note(warning)
         if options["json"] is None:
             self.stdout.write(text)
+
+
+def _stream_reservation(value: str | None) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    modes = tuple(value.split(","))
+    if len(modes) != 2 or any(m not in STREAM_RESERVATIONS for m in modes):
+        raise CommandError(
+            f"--stream-reservation needs two of {', '.join(STREAM_RESERVATIONS)}, "
+            "e.g. increments,max"
+        )
+    return modes[0], modes[1]
 
 
 def _params(pairs: list[str]) -> RoutingParameters | None:
