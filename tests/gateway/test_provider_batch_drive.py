@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from gateway import batches, provider_batches
+
+# database_work checks its thread's connection before each call, and an earlier test on this
+# worker may have left one there: database access must be allowed even with the renewal faked.
+pytestmark = pytest.mark.django_db
 
 
 def test_it_renews_the_lease_through_a_poll_interval_longer_than_the_lease(
