@@ -84,6 +84,7 @@ class SimRequest:
         "model",
         "output_tokens",
         "pinned",
+        "planned",
         "provider_429",
         "slot",
         "tools",
@@ -117,6 +118,8 @@ class SimRequest:
         self.provider_429 = 0
         self.broker_refusals = 0
         self.candidates: list[Route] = []  # endpoints not tried yet, in plan order
+        # The tokens the plan priced it at (in, out): what the broker's refusals tell the router.
+        self.planned = (0.0, 0.0)
 
 
 Sink = Callable[[SimRequest], None]
