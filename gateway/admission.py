@@ -25,12 +25,19 @@ from gateway.snapshot import Snapshot
 from gateway.steps import StreamSteps
 from quotas.broker import AttemptBuckets, Broker, Turn, attempt_buckets, demand_usage
 from quotas.core.estimate import Corrections, Demand
-from quotas.core.fairqueue import QueueReason, QueueRefusal, refusal_floor, request_cost
+from quotas.core.fairqueue import (
+    QueueReason,
+    QueueRefusal,
+    refusal_floor,
+    request_cost,
+    scarce_buckets,
+)
 from quotas.core.increments import StepPlan
 from quotas.core.model import Grant, Reason, Refusal, Rule
 from quotas.core.model import Usage as QuotaUsage
 from routing.catalogue import CredentialEntry, EndpointEntry
 from routing.core.capacity import CapacityView
+from routing.core.router import Router
 from routing.live import live_router
 
 # Estimation corrections learned by this process from its own reconciliations (C11).
@@ -122,7 +129,8 @@ async def admit(
     """Try the ranked candidates without waiting; then wait in line for the first to fit."""
     assert call.principal is not None
     refused: list[Candidate] = []
-    capacity = live_router().router.capacity
+    router = live_router().router
+    capacity = router.capacity
     for endpoint in candidates:
         model = snapshot.catalogue.models[endpoint.model_slug]
         demand = request.estimate.demand(
@@ -145,6 +153,7 @@ async def admit(
             if isinstance(result, Grant):
                 broker.key_granted(buckets, result, time.time())
                 capacity.room(endpoint.key)
+                router.scarcity_granted(endpoint.key, buckets.provider_scope, time.time())
                 return _admitted(call, endpoint, buckets, result, demand, request)
             refused.append(Candidate(endpoint, buckets, demand, result))
             call.explanation.append(f"{attempt_label(endpoint, credential)}:{result.reason.value}")
@@ -157,6 +166,7 @@ async def admit(
         if tenant_bound:
             break  # the caller's own limit binds whichever endpoint serves the request
         _capacity_heard(capacity, endpoint, buckets, result, request.estimate.input_tokens)
+        _scarcity_heard(router, call, endpoint, buckets, result)
 
     return await _wait(call, request, refused, broker)
 
@@ -222,6 +232,32 @@ def _capacity_heard(
     provider = [b.spec for b in buckets.buckets if not b.tenant_side]
     floor = refusal_floor(refusal, provider, refusal.at)
     capacity.full(endpoint.key, floor, refusal.at, float(size))
+
+
+def _scarcity_heard(
+    router: Router,
+    call: Call,
+    endpoint: EndpointEntry,
+    buckets: AttemptBuckets,
+    refusal: QueueRefusal,
+) -> None:
+    """Tell this process's router which of the provider's buckets refused a fast try, and for
+    a request the plan priced at what (``routing.core.scarcity``): its shadow prices come
+    from the broker's answers admission already has, no Redis call. A tenant's own limit or
+    a pause says nothing of the provider's scarcity (``scarce_buckets``: None)."""
+    provider = [b.spec for b in buckets.buckets if not b.tenant_side]
+    scarce = scarce_buckets(refusal, provider)
+    if scarce is None:
+        return
+    planned_in, planned_out = call.planned
+    router.scarcity_refused(
+        endpoint.key,
+        buckets.provider_scope,
+        refusal.at,
+        scarce,
+        input_tokens=planned_in,
+        output_tokens=planned_out,
+    )
 
 
 def _turn(call: Call, demand: Demand, endpoint: EndpointEntry, *, wait: bool) -> Turn:

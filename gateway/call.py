@@ -68,6 +68,9 @@ class Call:
     queue_id: str = ""
     attempts: int = 0  # upstream attempts made (F4 budget: attempts − 1 retries)
     queue_wait: float = 0.0  # seconds spent waiting for capacity
+    # The tokens (in, out) the plan priced the request at: what admission tells the router of
+    # the broker's refusals (routing.core.scarcity).
+    planned: tuple[float, float] = (0.0, 0.0)
     ttft: float | None = None
     reason: str = ""  # Switchyard's reason code for the outcome
     explanation: list[str] = field(default_factory=list)  # why endpoints were passed over

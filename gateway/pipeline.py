@@ -348,6 +348,7 @@ async def _plan(call: Call, snapshot: Snapshot, request: CanonicalRequest) -> li
     if not call.degraded_from:
         call.contract_reference = plan.contract_reference()
     call.route = plan_explanation(plan)
+    call.planned = (plan.input_tokens, plan.output_tokens)
     call.broken = frozenset(who for who, why in plan.demoted if why == "breaker")
     call.contract_refused = plan.contract_refused
     if not plan.attempts and plan.capacity_refused is not None:

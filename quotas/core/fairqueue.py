@@ -187,6 +187,33 @@ def refusal_floor(refusal: QueueRefusal, buckets: Sequence[BucketSpec], now: flo
     return now
 
 
+# Refusals that say capacity is short (``scarce_buckets``); a pause, a lost state or a request
+# larger than a bucket say nothing of how scarce it is.
+SCARCE_REASONS = frozenset({Reason.BUCKET_EXHAUSTED, Reason.RAMP_LIMITED})
+BUSY_REASONS = frozenset({QueueReason.QUEUE_FULL, QueueReason.FLOW_FULL})
+
+
+def scarce_buckets(
+    refusal: QueueRefusal, buckets: Sequence[BucketSpec]
+) -> tuple[tuple[str, str], ...] | None:
+    """What a refused fast try says of the pool's scarce buckets, as plain data for the router
+    (``routing.core.scarcity``): the refusing ``buckets`` as (name, dimension); () when the
+    pool refused because others wait in its queue (no bucket named); None when the refusal
+    is no sign of scarcity (a pause, a lost state, a request larger than a bucket)."""
+    if refusal.reason in BUSY_REASONS and not refusal.refusals:
+        return ()
+    dimensions = {b.name: b.dimension.value for b in buckets}
+    named = [
+        r.bucket for r in refusal.refusals if r.reason in SCARCE_REASONS and r.bucket in dimensions
+    ]
+    if not named and refusal.reason is QueueReason.DEADLINE_UNREACHABLE:
+        # The waiters ahead drain this bucket past the deadline (E6): it is the scarce one.
+        named = [refusal.bucket] if refusal.bucket in dimensions else []
+    if not named:
+        return None  # a pause, a lost state, too large, or the caller's own (tenant) limit
+    return tuple((name, dimensions[name]) for name in named)
+
+
 def unreachable(
     refusal: Refusal, rules: Mapping[str, Rule], deadline: float, now: float
 ) -> QueueRefusal | None:

@@ -26,6 +26,7 @@ from routing.core.overrides import (
     model_suffix_split,
     strategy_choose,
 )
+from routing.core.scarcity import ScarcityView, scarcity_costs
 from routing.core.shares import band_weights, weighted_order
 from routing.core.sticky import StickyState, sticky_decide
 from routing.core.table import ModelTable
@@ -112,12 +113,16 @@ def plan_build(
     rng: random.Random,
     default_strategy: str = "routing_cost",
     capacity: CapacityView | None = None,
+    scarcity: ScarcityView | None = None,
 ) -> Plan:
     """Plan a request over its model and fallback models (provider fallback first, G13/G14).
 
     ``capacity``: what admission last heard of each endpoint's room; the routing-cost
     strategy adds its expected wait to the cost and leaves out endpoints full past the
-    request's deadline (``routing.core.capacity``)."""
+    request's deadline (``routing.core.capacity``). ``scarcity``: the broker's grants and
+    refusals per pool; the routing-cost strategy adds the shadow price of what the request
+    would take there and leaves out endpoints where it displaces more than one request
+    (``routing.core.scarcity``)."""
     prefs = request.provider
     slugs = [request.model, *(m for m in request.models if m != request.model)]
     if len(slugs) > 1 and prefs.sort_partition == "none" and not prefs.order:
@@ -140,7 +145,14 @@ def plan_build(
             continue
         model_strategy = strategy_choose(prefs, suffix_sort, request.tenant_sort, default_strategy)
         part = _model_part(
-            table, request, model_strategy, now, rng, sticky_allowed=n == 0, capacity=capacity
+            table,
+            request,
+            model_strategy,
+            now,
+            rng,
+            sticky_allowed=n == 0,
+            capacity=capacity,
+            scarcity=scarcity,
         )
         if part.capacity_refused is not None and (
             full is None or part.capacity_refused[1] < full[1]
@@ -276,6 +288,7 @@ def _model_part(
     *,
     sticky_allowed: bool,
     capacity: CapacityView | None = None,
+    scarcity: ScarcityView | None = None,
 ) -> _ModelPart:
     part = _ModelPart()
     checked = bool(request.features & CHECKED_FEATURES)
@@ -312,6 +325,8 @@ def _model_part(
         cand, costs = _capacity(table, cand, costs, request, tokens_in, capacity, now, part)
         if not cand:
             return part
+    if strategy == "routing_cost" and scarcity is not None and scarcity.active:
+        cand, costs = _scarcity(table, cand, costs, tokens_in, tokens_out, scarcity, now, part)
     part.costs = dict(zip(cand, costs, strict=True))
     if strategy == "routing_cost":
         # The cost guard's prices: this request's effective price per good answer (G3, G7/G8).
@@ -375,6 +390,47 @@ def _capacity(
         part.refused.extend((ids[k], "capacity_wait") for k in range(len(ids)) if k not in kept)
     part.capacity_refused = refused
     return [cand[k] for k in keep], [costs[k] for k in keep]
+
+
+def _scarcity(
+    table: ModelTable,
+    cand: list[int],
+    costs: list[float],
+    tokens_in: float,
+    tokens_out: float,
+    scarcity: ScarcityView,
+    now: float,
+    part: _ModelPart,
+) -> tuple[list[int], list[float]]:
+    """The candidates' routing costs with the shadow price of what the request takes of
+    their pools, without those where it displaces more than one request (but never all),
+    ``routing.core.scarcity``."""
+    displaced = [
+        scarcity.displaced(
+            table.endpoints[i].id,
+            now,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            price=request_price(table, i, tokens_in, tokens_out),
+            seconds=wait_seconds(table.estimates[i], tokens_out),
+        )
+        for i in cand
+    ]
+    if not any(displaced):
+        return cand, costs
+    priced, keep = scarcity_costs(costs, displaced)
+    if len(keep) < len(cand):
+        kept = set(keep)
+        part.refused.extend(
+            (table.endpoints[cand[k]].id, "scarce") for k in range(len(cand)) if k not in kept
+        )
+    return [cand[k] for k in keep], [priced[k] for k in keep]
+
+
+def request_price(table: ModelTable, i: int, tokens_in: float, tokens_out: float) -> float:
+    """G3: the request's effective price at endpoint i (what a spend bucket is charged)."""
+    per_in, per_out = table.price_per_token(i)
+    return per_in * tokens_in + per_out * tokens_out
 
 
 def _routing_cost_order(

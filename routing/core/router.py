@@ -14,11 +14,13 @@ load, so a flushed delta carries the view's cap fields (last writer wins by ``ca
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from routing.core.capacity import CapacityView
 from routing.core.catalogue import ModelConfig
-from routing.core.planner import Plan, RoutingRequest, plan_build
+from routing.core.cost import wait_seconds
+from routing.core.planner import Plan, RoutingRequest, plan_build, request_price
+from routing.core.scarcity import ScarcityView, ask
 from routing.core.stats import (
     LAST_WRITER,
     Outcome,
@@ -53,6 +55,9 @@ class Router:
         # What admission last heard of each endpoint's room (``routing.core.capacity``): its
         # caller tells it with ``capacity.full`` / ``capacity.room``; this process's own view.
         self.capacity = CapacityView()
+        # The broker's grants and refusals of admission's fast tries, per pool
+        # (``routing.core.scarcity``): told with ``scarcity_granted`` / ``scarcity_refused``.
+        self.scarcity = ScarcityView()
         self.configure(models)
 
     def configure(self, models: Iterable[ModelConfig]) -> None:
@@ -87,6 +92,7 @@ class Router:
             rng=rng,
             default_strategy=self.default_strategy,
             capacity=self.capacity,
+            scarcity=self.scarcity,
         )
         for endpoint_id in plan.capped:  # the cap grows while it holds demand back (G10)
             model = self._model_of[endpoint_id]
@@ -94,6 +100,42 @@ class Router:
             if self.track_pending:
                 endpoint_capped(self._pending.setdefault(endpoint_id, {}), now, model.params)
         return plan
+
+    def scarcity_granted(self, endpoint_id: str, pool: str, now: float) -> None:
+        """Admission's fast try at ``endpoint_id`` (in provider pool ``pool``) was granted."""
+        self.scarcity.granted(endpoint_id, pool, now)
+
+    def scarcity_refused(
+        self,
+        endpoint_id: str,
+        pool: str,
+        now: float,
+        buckets: Sequence[tuple[str, str]],
+        *,
+        input_tokens: float,
+        output_tokens: float,
+    ) -> None:
+        """Admission's fast try at ``endpoint_id`` was refused for lack of capacity by
+        ``buckets`` ((name, dimension); none: others wait in the pool's queue), for a request
+        the plan priced at ``input_tokens`` / ``output_tokens``. What it asked of each bucket
+        is priced here as the planner prices a candidate's ask."""
+        asked: list[tuple[str, str, float]] = []
+        model = self._model_of.get(endpoint_id)
+        table = self.table(model.slug, now) if model is not None and buckets else None
+        if table is not None:
+            i = table.index[endpoint_id]
+            price = request_price(table, i, input_tokens, output_tokens)
+            seconds = wait_seconds(table.estimates[i], output_tokens)
+            for name, dimension in buckets:
+                amount = ask(
+                    dimension,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    price=price,
+                    seconds=seconds,
+                )
+                asked.append((name, dimension, amount))
+        self.scarcity.refused(endpoint_id, pool, now, asked)
 
     def table(self, slug: str, now: float) -> ModelTable | None:
         """The model's table, rebuilt when older than its refresh interval (or invalidated)."""

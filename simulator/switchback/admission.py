@@ -30,6 +30,7 @@ from quotas.core.fairqueue import (
     QueueRefusal,
     refusal_floor,
     request_cost,
+    scarce_buckets,
 )
 from quotas.core.increments import DEFAULT_STEP_TOKENS
 from quotas.core.jitter import jittered, pause_spread
@@ -40,6 +41,7 @@ from quotas.core.queuebook import QueueBook
 from quotas.queue import IDLE_PUMP_GAP, MAX_JITTER
 from quotas.store.memory import MemoryReservationStore
 from routing.core.capacity import CapacityView
+from routing.core.router import Router
 from simulator.model import LimitStatus
 from simulator.switchback.loop import EventLoop
 from simulator.switchback.traffic import SimRequest
@@ -88,11 +90,15 @@ class SimAdmission:
         refused: Callable[[SimRequest], None],
         broker_refused: Callable[[SimRequest, Route, QueueRefusal], None],
         capacity: CapacityView | None = None,
+        router: Router | None = None,
     ) -> None:
         self.loop, self.store, self.workload, self.rng = loop, store, workload, rng
         # The router's view of where capacity is left, told what every fast try heard
         # (as gateway.admission tells the live router's).
         self.capacity = capacity
+        # The router, told every fast try's grant or refusal for its shadow prices
+        # (``routing.core.scarcity``), as gateway.admission tells the live router.
+        self.router = router
         self.queue = QueueBook(store.book)
         self.granted, self.refused, self.broker_refused = granted, refused, broker_refused
         depth = workload.max_queue_depth
@@ -118,12 +124,16 @@ class SimAdmission:
             if isinstance(result, Grant):
                 if self.capacity is not None:
                     self.capacity.room(route.endpoint.id)
+                if self.router is not None:
+                    self.router.scarcity_granted(route.endpoint.id, route.scope, now)
                 self.granted(request, route, result)
                 return
             assert isinstance(result, QueueRefusal)
             if self.capacity is not None:
                 floor = refusal_floor(result, route.buckets, now)
                 self.capacity.full(route.endpoint.id, floor, now, float(request.input_tokens))
+            if self.router is not None:
+                self._scarcity_heard(request, route, result, now)
             if result.reason is not QueueReason.DEADLINE:
                 self.broker_refused(request, route, result)
             if result.reason is Reason.UNSATISFIABLE:
@@ -141,6 +151,22 @@ class SimAdmission:
             self.refused(request)
         else:
             self._wait(request, route, waited, deadline)
+
+    def _scarcity_heard(
+        self, request: SimRequest, route: Route, refusal: QueueRefusal, now: float
+    ) -> None:
+        assert self.router is not None
+        scarce = scarce_buckets(refusal, route.buckets)
+        if scarce is not None:
+            planned_in, planned_out = request.planned
+            self.router.scarcity_refused(
+                route.endpoint.id,
+                route.scope,
+                now,
+                scarce,
+                input_tokens=planned_in,
+                output_tokens=planned_out,
+            )
 
     def _enter(
         self, request: SimRequest, route: Route, deadline: float, *, wait: bool, now: float

@@ -81,6 +81,7 @@ class SimGateway:
             refused=lambda request: self._end(request, CAPACITY),
             broker_refused=self._broker_refused,
             capacity=router.capacity,
+            router=router,
         )
 
     def reserve_streams(self, mode: str) -> None:
@@ -118,6 +119,7 @@ class SimGateway:
         )
         routes = self.routes
         request.candidates = [routes[e.id] for e in plan.attempts]
+        request.planned = (plan.input_tokens, plan.output_tokens)
         if not request.candidates:
             # Every candidate full past the deadline: refused before any broker call.
             self._end(request, CAPACITY if plan.capacity_refused else UNROUTABLE)

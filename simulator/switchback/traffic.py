@@ -85,6 +85,7 @@ class SimRequest:
         "model",
         "output_tokens",
         "pinned",
+        "planned",
         "provider_429",
         "slot",
         "step_plan",
@@ -121,6 +122,8 @@ class SimRequest:
         self.candidates: list[Route] = []  # endpoints not tried yet, in plan order
         # C10: its output reserved in steps (the arm's plan when it arrived), or None: the max.
         self.step_plan: StepPlan | None = None
+        # The tokens the plan priced it at (in, out): what the broker's refusals tell the router.
+        self.planned = (0.0, 0.0)
 
 
 Sink = Callable[[SimRequest], None]

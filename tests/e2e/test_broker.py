@@ -103,6 +103,19 @@ MARKET = {
             },
         },
         {
+            # Cheap, and its spend window (the gateway's alone) full after a few requests.
+            "name": "lambda",
+            "port": 9208,
+            "protocol": "openai",
+            "models": {
+                "m": {
+                    "ttft_ms": {"median": 20, "p95": 40},
+                    "tokens_per_s": {"median": 1000, "p05": 500},
+                    "error_rate": 0.0,
+                }
+            },
+        },
+        {
             "name": "zeta",
             "port": 9203,
             "protocol": "openai",
@@ -199,6 +212,15 @@ CONFIG = {
             "limits": [{"dimension": "requests", "capacity": 2, "per": "1m"}],
         },
         {
+            "name": "lambda",
+            "protocol": "openai",
+            "base_url": "http://127.0.0.1:9208/v1",
+            "api_key_env": "ALPHA_API_KEY",
+            "limits": [
+                {"dimension": "spend", "capacity": 0.00003, "window": "rolling", "duration": "1h"}
+            ],
+        },
+        {
             "name": "zeta",
             "protocol": "openai",
             "base_url": "http://127.0.0.1:9203/v1",
@@ -217,6 +239,16 @@ CONFIG = {
         {"slug": "broker/iota", "endpoints": [_endpoint("iota")]},
         {"slug": "broker/kappa", "endpoints": [_endpoint("kappa")]},
         {"slug": "broker/zeta", "endpoints": [_endpoint("zeta")]},
+        {
+            "slug": "broker/lambda",
+            "endpoints": [
+                {
+                    **_endpoint("lambda"),
+                    "price": {"input": 0.1, "cached_input": 0.1, "output": 0.2},
+                },
+                _endpoint("zeta"),
+            ],
+        },
     ],
     "workload_classes": [
         {
@@ -704,3 +736,43 @@ def test_it_refuses_before_any_broker_call_when_every_candidate_is_full_past_the
     assert 20 <= int(fourth.headers["Retry-After"]) <= 31
     assert fourth.headers["x-should-retry"] == "true"
     assert sim_stats(broker_stack, "kappa")["requests"] - before["requests"] == 2
+
+
+def test_it_keeps_a_request_that_would_displace_several_out_of_a_scarce_pool(broker_stack):
+    """Issue 17, shadow prices: lambda is ten times cheaper than zeta, and its spend window
+    holds a handful of short answers. Once it is full, the broker refuses every try there and
+    the gateway's router hears it (which bucket, for a request of what size): a short request
+    still has lambda in its plan, while one whose prompt would take several short answers'
+    spend is planned without it ("scarce")."""
+
+    async def short_ones(n):
+        async with httpx.AsyncClient(timeout=30) as client:
+            return [
+                await _post(client, broker_stack, KEYS["two"], _payload("broker/lambda"))
+                for _ in range(n)
+            ]
+
+    results = asyncio.run(short_ones(40))
+    assert all(r.status_code == 200 for r, _ in results)
+    providers = [r.headers["x-switchyard-provider"] for r, _ in results]
+    assert "lambda" in providers[:5], providers  # its window takes the first few
+    assert providers[-10:].count("zeta") >= 9, providers  # then zeta serves them
+
+    short, _ = asyncio.run(short_ones(1))[0]
+    assert short.status_code == 200
+    route = short.headers["x-switchyard-route"]
+    assert "scarce" not in route and "=lambda" in route, route  # winner or runner-up
+
+    long_prompt = " ".join(["hello"] * 150)
+
+    async def long_one():
+        async with httpx.AsyncClient(timeout=30) as client:
+            payload = _payload("broker/lambda")
+            payload["messages"] = [{"role": "user", "content": long_prompt}]
+            return await _post(client, broker_stack, KEYS["two"], payload)
+
+    long, _ = asyncio.run(long_one())
+    assert long.status_code == 200
+    assert long.headers["x-switchyard-provider"] == "zeta"
+    route = long.headers["x-switchyard-route"]
+    assert "broker/lambda@lambda:scarce" in route, route
