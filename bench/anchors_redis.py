@@ -31,10 +31,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import aiohttp
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import cpu_per_request
 from bench.redis_counters import Stretch, sent_shares
 
 URL = "http://127.0.0.1:18100/v1/chat/completions"
@@ -58,27 +58,8 @@ def body(stream: bool) -> bytes:
 
 
 async def drive(data: bytes, requests: int, connections: int, think: float = 0.0) -> int:
-    """Send exactly ``requests`` POSTs, ``connections`` at a time, each connection pausing
-    ``think`` s after each answer; returns non-200 answers."""
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    left, errors = requests, 0
-
-    async def one_connection(session: aiohttp.ClientSession) -> None:
-        nonlocal left, errors
-        while left > 0:
-            left -= 1
-            async with session.post(URL, data=data, headers=headers) as response:
-                await response.read()
-                errors += response.status != 200
-            if think:
-                await asyncio.sleep(think)
-
-    connector = aiohttp.TCPConnector(limit=connections)
-    async with aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=60)
-    ) as session:
-        await asyncio.gather(*(one_connection(session) for _ in range(connections)))
-    return errors
+    """Exactly ``requests`` POSTs to the gateway, ``connections`` at a time; non-200 answers."""
+    return await cpu_per_request.drive(URL, data, requests, connections, think)
 
 
 def set_ttft(ms: int) -> None:

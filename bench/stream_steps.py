@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
+from simulator.switchback.report import figure_text  # noqa: E402
+
 ROWS = [
     ("served_change", "served", "served share", 1),
     ("ttft_change", "ttft_p50", "TTFT p50 of the served (s)", 1),
@@ -46,16 +48,6 @@ EXTRA = [
 ]
 
 
-def _num(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 1:
-        return f"{value:.3f}"
-    return f"{value:.4g}"
-
-
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:+.1f} %"
 
@@ -71,12 +63,14 @@ def changes_table(result: dict[str, Any]) -> list[str]:
         ci = overall["ci"].get(change)
         ci_text = "n/a" if ci is None else f"[{ci[0] * 100:+.1f} %, {ci[1] * 100:+.1f} %]"
         lines.append(
-            f"| {label} | {_num(overall['new'].get(metric))} | {_num(overall['old'].get(metric))}"
+            f"| {label} | {figure_text(overall['new'].get(metric))}"
+            f" | {figure_text(overall['old'].get(metric))}"
             f" | {_pct(overall.get(change))} | {ci_text} |"
         )
     for metric, label in EXTRA:
         lines.append(
-            f"| {label} | {_num(overall['new'].get(metric))} | {_num(overall['old'].get(metric))}"
+            f"| {label} | {figure_text(overall['new'].get(metric))}"
+            f" | {figure_text(overall['old'].get(metric))}"
             " | | |"
         )
     return lines

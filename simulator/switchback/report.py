@@ -50,7 +50,7 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:+.1f} %"
 
 
-def _num(value: float | None) -> str:
+def figure_text(value: float | None) -> str:
     if value is None:
         return "n/a"
     if abs(value) >= 100:
@@ -71,7 +71,8 @@ def _table(estimate: Mapping[str, Any], with_targets: bool) -> list[str]:
         ci = estimate["ci"].get(change)
         ci_text = "n/a" if ci is None else f"[{ci[0] * 100:+.1f} %, {ci[1] * 100:+.1f} %]"
         row = (
-            f"| {label} | {_num(estimate['new'].get(metric))} | {_num(estimate['old'].get(metric))}"
+            f"| {label} | {figure_text(estimate['new'].get(metric))}"
+            f" | {figure_text(estimate['old'].get(metric))}"
             f" | {_pct(estimate.get(change))} | {ci_text} |"
         )
         if with_targets:
