@@ -3,8 +3,14 @@ import socket
 import threading
 
 import pytest
+from hypothesis import settings
 
 from tests.stack import Stack, free_port, static_collect_once
+
+# Property tests check behaviour, not speed (benchmarks do that): hypothesis's default 200 ms
+# deadline per example failed a trivial test once with the 2 cores at load ~10 beside e2e stacks.
+settings.register_profile("switchyard", deadline=None)
+settings.load_profile("switchyard")
 
 E2E_UPSTREAM_READ_TIMEOUT = 3.0
 
