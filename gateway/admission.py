@@ -179,11 +179,14 @@ def stream_plan(call: Call) -> StepPlan | None:
 
 def reserved_usage(call: Call, demand: Demand, endpoint: EndpointEntry) -> QuotaUsage:
     """What an attempt reserves: the demand, or for a stream in steps the demand with its
-    output (and the spend that output costs) cut to the first step."""
+    output (and the spend that output costs) cut to the first step — and its whole output still
+    for the provider's buckets that count ``max_tokens`` (``Usage.output_max``)."""
     plan = stream_plan(call)
-    if plan is not None:
-        demand = dataclasses.replace(demand, output_tokens=plan.first_step(demand.output_tokens))
-    return demand_usage(demand, endpoint)
+    if plan is None:
+        return demand_usage(demand, endpoint)
+    most = demand.output_tokens
+    demand = dataclasses.replace(demand, output_tokens=plan.first_step(most))
+    return dataclasses.replace(demand_usage(demand, endpoint), output_max=float(most))
 
 
 def attempt_label(endpoint: EndpointEntry, credential: CredentialEntry | None) -> str:

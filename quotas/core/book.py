@@ -112,12 +112,32 @@ def demand_parts(buckets: Sequence[BucketSpec], demand: Usage) -> list[tuple[Buc
             seen.add((spec.scope, spec.name))
     if not buckets:
         raise ValueError("a reservation needs at least one bucket")
-    return [(spec, demand.amount(spec.dimension)) for spec in buckets]
+    return [(spec, reserve_amount(spec, demand)) for spec in buckets]
+
+
+# The dimensions a provider's count of ``max_tokens`` lands in (``BucketSpec.counts_max_output``).
+MAX_OUTPUT_DIMENSIONS = frozenset({Dimension.OUTPUT_TOKENS, Dimension.TOTAL_TOKENS})
+
+
+def holds_max_output(spec: BucketSpec) -> bool:
+    return spec.counts_max_output and spec.dimension in MAX_OUTPUT_DIMENSIONS
+
+
+def reserve_amount(spec: BucketSpec, demand: Usage) -> float:
+    """What a reservation takes from ``spec``: the demand's amount, with the output at its
+    maximum in a bucket that counts the maximum (a stream in steps reserves less elsewhere)."""
+    amount = demand.amount(spec.dimension)
+    if holds_max_output(spec) and demand.output_max > demand.output_tokens:
+        amount += demand.output_max - demand.output_tokens
+    return amount
 
 
 def extension_amount(spec: BucketSpec, more: Usage) -> float:
-    """What a lease's extension takes from ``spec``: never a second concurrency slot."""
+    """What a lease's extension takes from ``spec``: never a second concurrency slot, nor more
+    output where the reservation already took the maximum."""
     if spec.rule is Rule.CONCURRENCY or spec.dimension is Dimension.CONCURRENCY:
+        return 0.0
+    if holds_max_output(spec):
         return 0.0
     return more.amount(spec.dimension)
 

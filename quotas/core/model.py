@@ -80,6 +80,11 @@ class BucketSpec:
     (Anthropic's ITPM on current models). The reservation takes the whole prompt — hits are
     known only afterwards — and settlement charges the uncached part, so cache-heavy traffic
     gets the capacity the provider really gives.
+
+    ``counts_max_output``: an output- or total-token limit that counts a call's ``max_tokens``
+    when the provider accepts it (OpenAI, Azure OpenAI, Anthropic's OTPM). A stream that
+    reserves its output in steps (C10) still takes its whole maximum here (``Usage.output_max``),
+    since that is what the provider will count; its steps go to the other buckets only.
     """
 
     name: str
@@ -95,6 +100,7 @@ class BucketSpec:
     factor: float = 1.0
     shadow: bool = False
     cached_input_free: bool = False
+    counts_max_output: bool = False
 
     def __post_init__(self) -> None:
         for name in ("capacity", "period", "resets_at", "factor"):
@@ -139,6 +145,9 @@ class Usage:
     spend: float = 0.0
     concurrency: float = 1.0
     cached_input_tokens: float = 0.0  # of input_tokens, read from a prompt cache (actual only)
+    # A stream in steps (C10) reserves less output than its maximum: the maximum, for the
+    # buckets that count it whatever is reserved (``BucketSpec.counts_max_output``); 0: none.
+    output_max: float = 0.0
 
     def amount(self, dimension: Dimension) -> float:
         field_name = USAGE_FIELDS[dimension]

@@ -95,10 +95,20 @@ def with_headroom(spec: BucketSpec, seconds: float) -> BucketSpec:
 # Providers whose input-token limit does not count prompt-cache reads: Anthropic's ITPM on
 # current models (research/reliability.md §1.2). OpenAI counts cached tokens toward TPM.
 CACHE_READS_FREE_PROTOCOLS = frozenset({"anthropic"})
+# Providers whose output- and total-token limits count a call's max_tokens when they accept it:
+# OpenAI and Azure OpenAI (TPM "includes ... the max_tokens parameter setting"), Anthropic's OTPM
+# ("estimated based on max_tokens at the beginning of each request"; research/reliability.md §1).
+MAX_OUTPUT_COUNTED_PROTOCOLS = frozenset({"openai", "anthropic"})
 
 
 def with_provider_rules(spec: BucketSpec, protocol: str) -> BucketSpec:
-    """A provider bucket as that provider counts it (``BucketSpec.cached_input_free``)."""
+    """A provider bucket as that provider counts it (``BucketSpec.cached_input_free``,
+    ``BucketSpec.counts_max_output``)."""
     if spec.dimension is Dimension.INPUT_TOKENS and protocol in CACHE_READS_FREE_PROTOCOLS:
         return replace(spec, cached_input_free=True)
+    if (
+        spec.dimension in (Dimension.OUTPUT_TOKENS, Dimension.TOTAL_TOKENS)
+        and protocol in MAX_OUTPUT_COUNTED_PROTOCOLS
+    ):
+        return replace(spec, counts_max_output=True)
     return spec

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from quotas.core.book import reserve_amount
 from quotas.core.fairqueue import (
     DEFAULT_BURST_TOKENS,
     Pumped,
@@ -174,13 +175,16 @@ class SimAdmission:
         e = route.endpoint
         output = min(request.max_tokens, e.max_output)
         cost = None
+        most = 0.0
         if request.step_plan is not None:
             # C10 in steps (gateway.admission.reserved_usage): the first step of output and
-            # its spend; its place in the fair queue is charged its whole estimate (_turn).
+            # its spend, the whole output in the provider's buckets that count max_tokens;
+            # its place in the fair queue is charged its whole estimate (_turn).
             cost = request_cost(Usage(input_tokens=request.input_tokens, output_tokens=output))
+            most = float(output)
             output = request.step_plan.first_step(output)
         spend = (request.input_tokens * e.price_input + output * e.price_output) * 1e-6
-        demand = Usage(1.0, float(request.input_tokens), float(output), spend, 1.0)
+        demand = Usage(1.0, float(request.input_tokens), float(output), spend, 1.0, output_max=most)
         self._serial += 1
         rid = str(self._serial)
         pool = route.scope
@@ -359,4 +363,4 @@ class SimAdmission:
 
 
 def _unsatisfiable(buckets: tuple[BucketSpec, ...], demand: Usage) -> bool:
-    return any(b.rule is not Rule.RAMP and demand.amount(b.dimension) > b.capacity for b in buckets)
+    return any(b.rule is not Rule.RAMP and reserve_amount(b, demand) > b.capacity for b in buckets)

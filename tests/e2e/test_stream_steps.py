@@ -6,7 +6,8 @@ streaming over HTTP to the official ``openai`` SDK. The simulator's model always
 stream runs for a few seconds and the bucket levels can be read from Redis while it runs.
 
 - ``stepped`` (``stream_reservation: increments``, steps of ``STEP``): the stream reserves one
-  step at admission and tops up as tokens arrive; it ends holding exactly its real usage.
+  step at admission and tops up as tokens arrive; it ends holding exactly its real usage. The
+  provider's output bucket, which counts ``max_tokens`` as OpenAI does, holds the maximum.
 - ``tight``: an app whose output bucket holds less than the answer: a step is refused, the
   answer still completes and its real usage is settled (the bucket goes into debt).
 - A client that leaves mid-stream: its partial usage is settled, and nothing is held after.
@@ -79,6 +80,8 @@ def config(directory: Path) -> Path:
                 "base_url": "http://127.0.0.1:1/v1",
                 "api_key_env": "STEPSIM_API_KEY",
                 "learn_concurrency": False,
+                # OpenAI counts max_tokens in its output limit when it accepts a call.
+                "limits": [{"dimension": "output_tokens", "capacity": CAPACITY, "window": "day"}],
             }
         ],
         "models": [
@@ -157,6 +160,16 @@ def held(stack: Stack, app: str, capacity: int = CAPACITY) -> float:
     return capacity - bucket_available(stack, bucket(app))
 
 
+def provider_held(stack: Stack) -> float:
+    """Output tokens the provider's daily bucket counts as taken right now."""
+    [(name,)] = stack.sql(
+        "select name from quotas_bucket where scope_kind = %s and dimension = %s",
+        "provider",
+        "output_tokens",
+    )
+    return CAPACITY - bucket_available(stack, name)
+
+
 def stream(stack: Stack, app: str):
     return client(stack, app).chat.completions.with_raw_response.create(
         model=MODEL,
@@ -182,16 +195,17 @@ def steps_counted(stack: Stack) -> dict[str, float]:
 def test_a_stream_in_steps_reserves_one_step_tops_up_as_tokens_arrive_and_ends_at_its_usage(
     stack,
 ):
-    before = held(stack, "stepped")
+    before, provider_before = held(stack, "stepped"), provider_held(stack)
     raw = stream(stack, "stepped")
     assert raw.headers["x-switchyard-stream-reservation"] == "increments"
     assert raw.headers["x-switchyard-reserved-output-tokens"] == str(STEP)
-    levels, text, usage = [], [], None
+    levels, provider_levels, text, usage = [], set(), [], None
     for chunk in raw.parse():
         if chunk.choices and chunk.choices[0].delta.content:
             text.append(chunk.choices[0].delta.content)
             if len(levels) < 40:  # while tokens still come (the settle follows the last)
                 levels.append(held(stack, "stepped") - before)
+                provider_levels.add(provider_held(stack) - provider_before)
         if chunk.usage is not None:
             usage = chunk.usage
     assert usage is not None and usage.completion_tokens == ANSWER_TOKENS
@@ -203,9 +217,12 @@ def test_a_stream_in_steps_reserves_one_step_tops_up_as_tokens_arrive_and_ends_a
     assert max(levels) > 2 * STEP, "the stream took no steps while it ran"
     assert all(a <= b for a, b in itertools.pairwise(levels)), "held fell mid-stream"
     assert max(levels) < MAX_TOKENS // 2
+    # The provider counts max_tokens from the start: its bucket held the maximum throughout.
+    assert provider_levels == {MAX_TOKENS}
     # At the end the bucket holds exactly the real usage: first step + steps reconciled.
     wait_until(lambda: not leased(stack), timeout=5, what="the stream's lease to be settled")
     assert held(stack, "stepped") - before == usage.completion_tokens
+    assert provider_held(stack) - provider_before == usage.completion_tokens
     assert "".join(text)
     assert steps_counted(stack).get("granted", 0) >= 1
 

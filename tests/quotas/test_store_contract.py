@@ -7,6 +7,7 @@ the Lua and the pure core compute the same floats.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import HealthCheck, given, settings
@@ -282,6 +283,27 @@ def test_it_extends_a_live_lease_in_every_dimension_its_output_counts_in(store):
     assert got["out"] == (512, 600, 0, 88)
     assert got["day"] == (1512, 1500, 12, 0)
     assert avail(store, STEPPED, T0)[1:] == [2, 5000 - 1500, 10 - 0.9, 2000 - 600]
+
+
+# OpenAI's TPM and Anthropic's OTPM count max_tokens when they accept a call.
+OTPM = BucketSpec(
+    "otpm", "provider:beta", Dimension.OUTPUT_TOKENS, Rule.REFILL, 2000, 60, counts_max_output=True
+)
+
+
+def test_it_holds_a_stepped_streams_maximum_where_the_provider_counts_max_tokens(store):
+    first = dataclasses.replace(FIRST, output_max=1024)
+    grant = store.reserve("s1", [OTPM, HOUR, DAY], first, now=T0)
+    # The provider's bucket takes the maximum at once, ours the first step (day: 1000 + 256).
+    assert grant.taken() == {"otpm": 1024, "hour": 256, "day": 1256}
+    extended = store.extend(grant, STEP, now=T0).grant
+    assert extended.taken() == {"otpm": 1024, "hour": 512, "day": 1512}
+    # A stream larger than the provider's bucket is refused there at once, as the provider would.
+    refused = store.reserve("s2", [OTPM, HOUR], dataclasses.replace(FIRST, output_max=4000), now=T0)
+    assert isinstance(refused, Refusal)
+    assert (refused.bucket, refused.reason) == ("otpm", Reason.UNSATISFIABLE)
+    store.reconcile(extended, Usage(input_tokens=1000, output_tokens=300), now=T0)
+    assert avail(store, [OTPM, HOUR, DAY], T0) == [2000 - 300, 5000 - 300, 5000 - 1300]
 
 
 def test_it_settles_a_lease_against_its_steps_whichever_grant_the_caller_holds(store):

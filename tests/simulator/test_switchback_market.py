@@ -13,7 +13,7 @@ import pytest
 from common import redis as gateway_redis
 from configfile import config_parse, config_read
 from configfile.apply import config_load
-from quotas.core.model import Rule
+from quotas.core.model import Dimension, Rule
 from quotas.snapshot import quota_snapshot_build
 from routing.models import Provider
 from simulator.model import parse_market_text
@@ -67,6 +67,22 @@ def test_it_reserves_in_exactly_the_buckets_the_gateway_loads(redis_prefix):
         if spec.cached_input_free
     }
     assert free == {"provider:beta:input_tokens:1m"}
+    # Both protocols count max_tokens in their output limits when they accept a call; our own
+    # (tenant, team, key) output limits count what is reserved.
+    counted = {
+        (kind, spec.name)
+        for (kind, _), buckets in snapshot.buckets.items()
+        for spec in (b.spec for b in buckets)
+        if spec.counts_max_output
+    }
+    output_buckets = {
+        (kind, spec.name)
+        for (kind, _), buckets in snapshot.buckets.items()
+        for spec in (b.spec for b in buckets)
+        if spec.dimension in (Dimension.OUTPUT_TOKENS, Dimension.TOTAL_TOKENS)
+    }
+    provider_side = {"provider", "credential", "project", "endpoint"}
+    assert counted and counted == {(k, n) for k, n in output_buckets if k in provider_side}
 
 
 def test_it_prices_endpoints_and_routes_models_as_configured():

@@ -4,6 +4,7 @@ step that stops the asking but not the answer, and the settle that charges what 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -22,7 +23,9 @@ from simulator.switchback.metrics import Recorder
 from simulator.switchback.traffic import SimRequest
 
 # One provider: TTFT 0.3 s, 100 tokens/s, exactly. Its output bucket is a daily window (no
-# refill), so every level below is plain arithmetic. Streams reserve in steps of 100 tokens
+# refill), so every level below is plain arithmetic. Unless a test says otherwise the bucket
+# counts what is reserved, as a tenant's own limit does, not max_tokens as the provider's
+# would (``BucketSpec.counts_max_output``): these tests are of the steps themselves. Streams reserve in steps of 100 tokens
 # (headroom 50: the next step is asked at the token that leaves fewer than 50 reserved).
 CONFIG = """
 providers:
@@ -67,6 +70,7 @@ class Harness:
         mode: str = "increments",
         limit: str = DAILY,
         provider_limits: str = "",
+        counts_max_output: bool = False,
     ):
         config = CONFIG.replace("LIMIT", limit).replace("OUTPUT", str(output_capacity))
         config = config.replace("MODE", mode)
@@ -79,6 +83,13 @@ class Harness:
             origin=START,
             headroom_s=0.0,
             learn_concurrency=False,
+        )
+        route = sim.routes["t/m@a"]
+        sim.routes["t/m@a"] = dataclasses.replace(
+            route,
+            buckets=tuple(
+                dataclasses.replace(b, counts_max_output=counts_max_output) for b in route.buckets
+            ),
         )
         self.behaviour = sim.behaviours["a"]
         self.store = MemoryReservationStore(clock=lambda: self.loop.now, lease_seconds=LEASE_S)
@@ -206,17 +217,25 @@ def test_it_switches_mode_for_the_streams_that_arrive_after():
         h.gateway.reserve_streams("some")
 
 
-@pytest.mark.parametrize(("mode", "provider_429s"), [("max", 0), ("increments", 1)])
-def test_it_admits_in_steps_what_a_provider_counting_max_tokens_refuses(mode, provider_429s):
+@pytest.mark.parametrize(
+    ("mode", "counts_max_output", "provider_429s"),
+    [("max", False, 0), ("increments", False, 1), ("increments", True, 0)],
+)
+def test_it_steps_only_where_the_bucket_does_not_count_max_tokens(
+    mode, counts_max_output, provider_429s
+):
     # The provider debits max_tokens (512) from its own 1,000 output tokens a minute when it
     # accepts a call, as the broker's reserve-max does. Two streams at once: reserve-max lets the
-    # second wait for the 24 tokens it lacks (1.44 s of refill) and the provider takes it; in
-    # steps the broker holds 100 + 100 and sends both, and the provider refuses the second.
+    # second wait for the 24 tokens it lacks (1.44 s of refill) and the provider takes it. A
+    # bucket for that limit that counted steps would hold 100 + 100 and send both, and the
+    # provider would refuse the second; one that counts max_tokens (as the gateway's provider
+    # buckets do) holds 512 for each stream in steps too, and the second waits.
     h = Harness(
         output_capacity=1000,
         mode=mode,
         limit="{dimension: output_tokens, capacity: 1000, per: 1m}",
         provider_limits=", output_tokens_per_minute: 1000",
+        counts_max_output=counts_max_output,
     )
     first, second = h.send(output_tokens=50), h.send(output_tokens=50)
     h.loop.run(START + 60.0)
