@@ -88,6 +88,10 @@ class Batch(models.Model):
     provider_endpoint = models.CharField(max_length=200, blank=True, default="")
     provider_batch_id = models.CharField(max_length=100, blank=True, default="")
     provider_counts = models.JSONField(null=True, blank=True)
+    # USD its written answers cost that the tenant's spend buckets were not charged yet: set in
+    # the transaction that writes the answers, cleared once Redis took it, so a driver that
+    # dies in between leaves it to the next (gateway/provider_batch_results.py).
+    spend_owed = models.FloatField(default=0.0)
     in_progress_at = models.DateTimeField(null=True, blank=True)
     finalizing_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)

@@ -1,7 +1,10 @@
 """E5: a provider batch's answers reconciled — each line's answer written into its job exactly
 once (a conditional update of a queued job), after its ledger row (keyed by the line's
 generation id, so a second writer's row is dropped), priced at the endpoint's prices less its
-``batch_discount``; the tenant's spend buckets are charged what the written lines cost.
+``batch_discount``; the tenant's spend buckets are charged what the written lines cost —
+recorded as owed in the answers' transaction and cleared once charged, so a driver that dies
+between the two leaves the charge to the next, not lost (a death between the charge and the
+clearing charges it twice: a budget errs on the side of spending less).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from common.db import database_work
@@ -68,12 +73,14 @@ async def results_write(
         generation_record(call, status=status, usage=usage, finish_reason=finish)
         answers.append((job.id, status, stored, usage_cost(priced, usage) if usage else 0.0))
     await ledger.ledger_committed()
-    written = await database_work(_answers_store)(answers, timezone.now())
-    spent = sum(cost for job_id, _, _, cost in answers if job_id in written)
-    if spent and principal is not None and model is not None:
-        specs = spend_buckets(snapshot, principal, endpoint, model)
+    written, owed = await database_work(_answers_store)(batch.id, answers, timezone.now())
+    if owed:
+        specs = []
+        if principal is not None and model is not None:
+            specs = spend_buckets(snapshot, principal, endpoint, model)
         if specs:
-            await broker_get().store.charge([(spec, spent) for spec in specs])
+            await broker_get().store.charge([(spec, owed) for spec in specs])
+        await database_work(_owed_paid)(batch.id, owed)
     return len(written)
 
 
@@ -113,9 +120,11 @@ async def _answer(
 
 
 def _answers_store(
-    answers: list[tuple[str, int, dict[str, Any], float]], now: dt.datetime
-) -> set[str]:
-    """Each answer into its job if the job still waits for one: the ids written."""
+    batch_id: str, answers: list[tuple[str, int, dict[str, Any], float]], now: dt.datetime
+) -> tuple[set[str], float]:
+    """Each answer into its job if the job still waits for one, and what the written ones cost
+    added to the batch's spend owed, in one transaction: the ids written and the spend owed
+    (this call's and any an earlier driver wrote and did not live to charge)."""
     written: set[str] = set()
     with transaction.atomic():
         for job_id, status, stored, _ in answers:
@@ -128,4 +137,13 @@ def _answers_store(
             )
             if updated:
                 written.add(job_id)
-    return written
+        spent = sum(cost for job_id, _, _, cost in answers if job_id in written)
+        if spent:
+            Batch.objects.filter(pk=batch_id).update(spend_owed=F("spend_owed") + spent)
+        owed = Batch.objects.values_list("spend_owed", flat=True).get(pk=batch_id)
+    return written, owed
+
+
+def _owed_paid(batch_id: str, paid: float) -> None:
+    """The spend buckets took ``paid``: no longer owed (what was added since stays)."""
+    Batch.objects.filter(pk=batch_id).update(spend_owed=Greatest(F("spend_owed") - paid, 0.0))
