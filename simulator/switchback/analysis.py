@@ -31,6 +31,9 @@ RATIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "error": (("errors",), "requests"),
     "capacity_failure": (("capacity_failures",), "requests"),
     "cost": (("cost_sum",), "served"),
+    # G1's unit: what the served answers cost per answer without a malformed tool call (G8) —
+    # an agent must ask again after one, so a router that avoids them pays less per answer used.
+    "cost_per_good": (("cost_sum",), "good_answers"),
     "served": (("served",), "requests"),
     "cache_hit": (("cached_input_tokens",), "input_tokens"),
     # C10: output tokens reserved beyond (over) and made beyond (unreserved) what the lease held
@@ -46,6 +49,7 @@ CHANGES = {
     "throughput_change": "throughput",
     "rate_limit_change": "rate_limit",
     "cost_change": "cost",
+    "cost_per_good_change": "cost_per_good",
     "ttft_mean_change": "ttft_mean",
     "wait_mean_change": "wait_mean",
     "error_change": "error",

@@ -61,6 +61,7 @@ class SlotStats:
     output_tokens: int = 0
     tool_calls: int = 0
     malformed_tool_calls: int = 0
+    good_answers: int = 0  # served, and no malformed tool call in it (G1's "good answer")
     over_reserved_tokens: int = 0
     unreserved_tokens: int = 0
     steps_granted: int = 0
@@ -159,6 +160,7 @@ class Recorder:
         stats.output_tokens += output_tokens
         stats.tool_calls += tool_call
         stats.malformed_tool_calls += malformed
+        stats.good_answers += not malformed
         held = output_tokens if reserved_output is None else reserved_output
         stats.over_reserved_tokens += max(0, held - output_tokens)
         stats.unreserved_tokens += max(0, output_tokens - held)

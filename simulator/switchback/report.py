@@ -32,6 +32,11 @@ ROWS = [
     ("error_change", "error", "error rate"),
     ("capacity_failure_change", "capacity_failure", "refused for capacity"),
     ("cost_change", "cost", "cost per request (USD)"),
+    (
+        "cost_per_good_change",
+        "cost_per_good",
+        "cost per good answer (USD; not a malformed tool call)",
+    ),
     ("served_change", "served", "served share"),
     ("over_reserved_change", "over_reserved", "output tokens over-reserved per answer"),
 ]

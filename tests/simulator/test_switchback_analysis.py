@@ -109,3 +109,13 @@ def test_it_covers_zero_for_no_effect_most_of_the_time():
 def test_it_is_deterministic_under_its_seed():
     pairs = noisy_pairs(0.1, 10, seed=1)
     assert changes_estimate(pairs, seed=5) == changes_estimate(pairs, seed=5)
+
+
+def test_it_prices_the_answers_an_agent_can_use_apart_from_every_answer():
+    # The old router's answers are cheaper, but one in ten has a malformed tool call the agent
+    # must ask again for; the new router pays 8 % more per answer and gets one bad in a hundred.
+    new = block(requests=100, served=100, good_answers=99, cost_sum=1.08)
+    old = block(requests=100, served=100, good_answers=90, cost_sum=1.0)
+    result = changes_estimate([(new, old)] * 5, seed=1)
+    assert result["cost_change"] == pytest.approx(0.08)
+    assert result["cost_per_good_change"] == pytest.approx((1.08 / 99) / (1.0 / 90) - 1)  # −1.8 %
