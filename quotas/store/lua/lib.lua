@@ -1,6 +1,9 @@
 -- Bucket arithmetic and reservation steps shared by every script of the reservation store.
 -- Units: times are float epoch seconds, amounts are floats in the bucket's dimension, TTLs ms.
--- This file is prepended to each entry script (reserve.lua, settle.lua, ...) and mirrors
+-- This file heads the store's Redis function library (quotas/store/library.py: each entry
+-- script, reserve.lua, settle.lua, ..., is the body of a function registered after it). Its top
+-- level runs once, when the library loads, where Redis offers no globals but `redis` (hence
+-- 1/0, not math.huge); the functions run with all of them. It mirrors
 -- quotas/core/buckets.py and quotas/core/book.py operation by operation, so that the Redis
 -- store and the in-memory twin compute bit-identical floats. A future fair-queue pump script
 -- includes it too and calls reserve_parts() for the head request of a flow.
@@ -18,7 +21,7 @@
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
 local TICK = 1e-6
-local INF = math.huge
+local INF = 1 / 0  -- math.huge: the library's load has no `math`
 
 local function fmt(x)
   return string.format('%.17g', x)
