@@ -14,7 +14,8 @@
 -- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
 -- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
--- concurrency held/h:<id> (learned limits also lc as of lt, lg = growing), ramp
+-- concurrency held/h:<id>/nx (nx: no holder's lease expires before it, so the holders' sweep
+-- is skipped until then; learned limits also lc as of lt, lg = growing), ramp
 -- cur/cur_used/prev_used; 'exp' = until when the key's TTL is known to run (TTLs only ever
 -- drop state that no longer matters, so they are set lazily).
 
@@ -106,8 +107,14 @@ local function num(x)
   return nil
 end
 
+-- A concurrency hash's nx when no holder is left (hold() lowers it to the next expiry).
+local NO_HOLDER = 1e300
+
 -- view: bring a bucket to now. Returns {exists, avail, a, b, c, ...} like core View.
-local function view(p, key, hkey, now, born, limit)
+-- extra: one more hash field the caller will read (settle: its own holder 'h:<id>', or its
+-- marker's rolling slice), read in the same HMGET: v.extra (false when missing). Each rule
+-- reads its state with one HMGET; a rolling window reads now's slice with it (v.cur).
+local function view(p, key, hkey, now, born, limit, extra)
   if p.rule == 'refill' then
     local h = redis.call('HMGET', key, 'level', 'ts', 'exp')
     if not h[1] then
@@ -132,13 +139,14 @@ local function view(p, key, hkey, now, born, limit)
     local width = p.period / p.x1
     local k_now = math.floor(now / width)
     local k_min = math.floor((now - p.period) / width)
-    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp')
+    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp', slice_field(k_now),
+      extra or 'exp')
     if h[1] and k_min > tonumber(h[3]) then
       redis.call('DEL', key)
       h = {false}
     end
     if not h[1] then
-      return {exists = false, avail = p.cap, a = k_now, total = 0}
+      return {exists = false, avail = p.cap, a = k_now, total = 0, cur = false, extra = false}
     end
     local total, lo, hi = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
     if lo < k_min then
@@ -157,11 +165,11 @@ local function view(p, key, hkey, now, born, limit)
       redis.call('HSET', key, 'total', total, 'lo', lo)
     end
     return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
-            lo = lo, hi = hi}
+            lo = lo, hi = hi, cur = h[5], extra = extra and h[6]}
   elseif p.rule == 'concurrency' then
-    local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg')
+    local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg', 'nx', extra or 'nx')
     if not h[1] then
-      return {exists = false, avail = p.cap, held = 0, cap = p.cap}
+      return {exists = false, avail = p.cap, held = 0, cap = p.cap, extra = false}
     end
     local held = tonumber(h[1])
     -- A learned limit (period > 0): lc as of lt, growing one per period while lg (it was full).
@@ -170,19 +178,28 @@ local function view(p, key, hkey, now, born, limit)
       cap = tonumber(h[3])
       if h[5] == '1' then cap = math.min(p.cap, cap + (now - tonumber(h[4])) / p.period) end
     end
-    local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
-    if #due > 0 then
+    local nx, mine = num(h[6]), extra and h[7]
+    -- No holder's lease can have run out before nx: the sweep is skipped (nil: not known).
+    if not nx or nx <= now then
+      local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
       for _, id in ipairs(due) do
         local f = 'h:' .. id
         local amount = tonumber(redis.call('HGET', key, f))
         redis.call('HDEL', key, f)
         redis.call('ZREM', hkey, id)
         held = held - amount
+        if f == extra then mine = false end
       end
-      redis.call('HSET', key, 'held', held)
+      if #due < limit then  -- every due holder is gone: nx is the earliest expiry left
+        local first = redis.call('ZRANGE', hkey, 0, 0, 'WITHSCORES')
+        nx = tonumber(first[2] or NO_HOLDER)
+        redis.call('HSET', key, 'held', held, 'nx', nx)
+      elseif #due > 0 then
+        redis.call('HSET', key, 'held', held)
+      end
     end
     return {exists = true, exp = num(h[2]), avail = cap - held, held = held, cap = cap,
-            learned = learned}
+            learned = learned, nx = nx, extra = mine}
   end
   -- ramp
   local idx = math.floor(now / p.period)
@@ -252,7 +269,7 @@ local function rolling_add(p, v, key, k, amount, now)
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     return
   end
-  local have = tonumber(redis.call('HGET', key, f) or '0')
+  local have = tonumber(v.cur or '0')  -- k is now's slice, read by view
   redis.call('HSET', key, f, have + amount, 'total', v.total + amount,
     'hi', math.max(v.hi, k), 'lo', math.min(v.lo, k))
   if not (v.exp and v.exp >= need) then
@@ -286,14 +303,22 @@ local function write_ramp(p, key, v, cu, pu)
   if not v.same then redis.call('PEXPIRE', key, ttl_ms(2 * p.period)) end
 end
 
--- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil).
-local function hold(key, hkey, exp, held, id, amount, expiry, now)
+-- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil; nx:
+-- its 'nx', lowered to expiry if later or nil, so the sweep in view runs by then).
+local function hold(key, hkey, exp, nx, held, id, amount, expiry, now)
+  local args = {'HSET', key, 'held', held, 'h:' .. id, amount}
+  if not nx or nx > expiry then
+    args[#args + 1] = 'nx'
+    args[#args + 1] = expiry
+  end
   if exp and exp >= expiry then
-    redis.call('HSET', key, 'held', held, 'h:' .. id, amount)
+    redis.call(unpack(args))
     redis.call('ZADD', hkey, expiry, id)
   else
     local e = expiry + (expiry - now)
-    redis.call('HSET', key, 'held', held, 'h:' .. id, amount, 'exp', e)
+    args[#args + 1] = 'exp'
+    args[#args + 1] = e
+    redis.call(unpack(args))
     redis.call('ZADD', hkey, expiry, id)
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     redis.call('PEXPIRE', hkey, ttl_ms(e - now))
@@ -320,7 +345,7 @@ local function take(p, v, key, hkey, now, amount, id, expiry)
     rolling_add(p, v, key, v.a, amount, now)
     return v.a
   elseif p.rule == 'concurrency' then
-    hold(key, hkey, v.exp, v.held + amount, id, amount, expiry, now)
+    hold(key, hkey, v.exp, v.nx, v.held + amount, id, amount, expiry, now)
     if v.learned then learned_hold(key, v, v.held + amount, now) end
     return 0
   end
@@ -328,10 +353,11 @@ local function take(p, v, key, hkey, now, amount, id, expiry)
   return v.a
 end
 
--- Returns what is held afterwards, or nil if id held nothing.
-local function release_holder(key, hkey, id, held)
+-- Returns what is held afterwards, or nil if id held nothing. amount: its 'h:<id>' as view
+-- read it (false: none), or nil to read it here.
+local function release_holder(key, hkey, id, held, amount)
   local f = 'h:' .. id
-  local amount = redis.call('HGET', key, f)
+  if amount == nil then amount = redis.call('HGET', key, f) end
   if not amount then return nil end
   if held == nil then held = tonumber(redis.call('HGET', key, 'held')) end
   redis.call('HDEL', key, f)
@@ -339,6 +365,17 @@ local function release_holder(key, hkey, id, held)
   held = held - tonumber(amount)
   redis.call('HSET', key, 'held', held)
   return held
+end
+
+-- The field settle() reads beside the bucket's state (view's extra): the reservation's holder,
+-- or its marker's rolling slice.
+local function settle_field(p, marker, id)
+  if p.rule == 'concurrency' then return 'h:' .. id end
+  if p.rule == 'rolling_window' then
+    if marker >= 0 then return slice_field(marker) end
+    return slice_field(-1)
+  end
+  return nil
 end
 
 -- settle: replace taken by actual (give back to a still-current window, charge overage).
@@ -359,7 +396,8 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
       local k = -1
       if marker >= 0 then k = marker end
       local f = slice_field(k)
-      local have = redis.call('HGET', key, f)
+      local have = v.extra  -- the marker's slice, read by view (settle_field)
+      if have == nil then have = redis.call('HGET', key, f) end
       if k >= v.lo and have then
         have = tonumber(have)
         local back = math.min(have, -diff)
@@ -368,7 +406,7 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
     end
   elseif p.rule == 'concurrency' then
     if v.exists then
-      local held = release_holder(key, hkey, id, v.held)
+      local held = release_holder(key, hkey, id, v.held, v.extra)
       if held and v.learned then learned_hold(key, v, held, now) end
     end
   else
@@ -392,13 +430,20 @@ local LEARNING_RULES = {fixed_window = true, rolling_window = true, concurrency 
 local function reserve_parts(ctx, parts)
   local now = ctx.now
   local learning = now < ctx.learning_until
-  local pkeys = {}
-  for i, p in ipairs(parts) do pkeys[i] = p.pkey end
+  -- one MGET of the scopes' pause keys, each once (a request's parts share few scopes)
+  local pkeys, slot, at = {}, {}, {}
+  for i, p in ipairs(parts) do
+    if not slot[p.pkey] then
+      pkeys[#pkeys + 1] = p.pkey
+      slot[p.pkey] = #pkeys
+    end
+    at[i] = slot[p.pkey]
+  end
   local pauses = redis.call('MGET', unpack(pkeys))
   local checks, views = {}, {}
   for i, p in ipairs(parts) do
     local reason, retry, v = false, now, false
-    local paused = tonumber(pauses[i] or '0')
+    local paused = tonumber(pauses[at[i]] or '0')
     if paused <= now then paused = 0 end
     if p.rule ~= 'ramp' and p.amount > p.cap then
       reason, retry = 'unsatisfiable', INF

@@ -64,7 +64,7 @@ for _, row in ipairs(rec.rows) do
       local seg, held = taken, actual
       if locked > 0 then seg, held = taken - locked, math.max(0, actual - locked) end
       if held ~= seg or p.rule == 'concurrency' then
-        local v = view(p, p.key, p.hkey, now, born, limit)
+        local v = view(p, p.key, p.hkey, now, born, limit, settle_field(p, marker, id))
         settle(p, v, p.key, p.hkey, now, seg, held, marker, id)
       end
       out[#out + 1] = fmt(taken)
