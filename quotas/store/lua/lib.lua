@@ -119,9 +119,7 @@ local function specs_load(skey, def)
   return spec_keep(skey, cmsgpack.unpack(raw))
 end
 
--- Part i of a spec set: read_part's fields with .blob, .key, .hkey, .pkey and .sidev (the
--- side, 0 shared, 1 pool, 2 own) set.
-local function spec_part(t, i)
+local function spec_meta(t, i)
   local meta = t.metas[i]
   if not meta then
     local at = 8 + 5 * (i - 1)
@@ -129,7 +127,28 @@ local function spec_part(t, i)
                              pkey = t[at + 3], sidev = t[at + 4]})
     t.metas[i] = meta
   end
-  return setmetatable({}, meta)
+  return meta
+end
+
+-- Part i of a spec set: read_part's fields with .blob, .key, .hkey, .pkey and .sidev (the
+-- side, 0 shared, 1 pool, 2 own) set.
+local function spec_part(t, i)
+  return setmetatable({}, spec_meta(t, i))
+end
+
+-- The parts of a spec set by name, their fields shared with every call: for a caller that
+-- only reads them (settle).
+local function spec_by_name(t)
+  local by_name = t.by_name
+  if not by_name then
+    by_name = {}
+    for i = 1, t[1] do
+      local p = spec_meta(t, i).__index
+      by_name[p.name] = p
+    end
+    t.by_name = by_name
+  end
+  return by_name
 end
 
 local function window_of(p, now)

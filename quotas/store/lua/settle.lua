@@ -33,11 +33,7 @@ if rec.expires <= now then
   record_expire(rkey, rec, KEYS[2], now, retention)
   return {'expired', fmt(now), 0}, specs
 end
-local by_name = {}
-for i = 1, specs[1] do
-  local p = spec_part(specs, i)
-  by_name[p.name] = p
-end
+local by_name = spec_by_name(specs)  -- read only, shared between calls
 local out = {release and 'released' or 'reconciled', fmt(now), 0}
 for _, row in ipairs(rec.rows) do
   local p = by_name[row[1]]
