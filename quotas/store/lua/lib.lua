@@ -71,7 +71,8 @@ local function part_meta(blob, extra)
   return {__index = base}
 end
 
-local function read_part(blob)
+-- own: the call's own fields (one table constructor, not fields added one by one).
+local function read_part(blob, own)
   local meta = blob_cache[blob]
   if not meta then
     if blob_count >= CACHE_MAX then blob_cache, blob_count = {}, 0 end
@@ -79,7 +80,7 @@ local function read_part(blob)
     blob_cache[blob] = meta
     blob_count = blob_count + 1
   end
-  return setmetatable({}, meta)
+  return setmetatable(own or {}, meta)
 end
 
 -- A request's buckets are registered once (quotas/store/redis.py, RedisReservationStore.specs):

@@ -62,10 +62,8 @@ end
 local function q_parts(e)
   local parts = {}
   for i, row in ipairs(e.parts) do
-    local p = read_part(row[1])
-    p.amount, p.key, p.hkey, p.pkey = row[2], row[3], row[4], row[5]
-    p.side, p.own = row[6] == 1, row[6] == 2
-    parts[i] = p
+    parts[i] = read_part(row[1], {amount = row[2], key = row[3], hkey = row[4], pkey = row[5],
+                                  side = row[6] == 1, own = row[6] == 2})
   end
   return parts
 end
