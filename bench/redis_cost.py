@@ -9,11 +9,13 @@ exactly N requests over C connections (an aiohttp client: every request complete
 cut off at the end as a timed run would), waits for the gateway to settle, and reads:
 
 - Redis µs per request: the sum of ``usec`` over ``INFO commandstats`` / requests (commands
-  run inside scripts count inside their EVALSHA's time, so only top-level commands are summed);
+  run inside scripts count inside their script call's time, FCALL or EVALSHA, so only
+  top-level commands are summed);
 - Redis CPU per request: ``used_cpu_user + used_cpu_sys`` of the server / requests (includes
   its event loop and idle ticks: an upper bound);
 - commands per request: ``calls`` of every command, those inside scripts included (Redis 7
-  counts ``redis.call`` under the command's own name), and EVALSHA calls per request;
+  counts ``redis.call`` under the command's own name), and script calls (FCALL, EVALSHA)
+  per request;
 - bytes per request: ``total_net_input_bytes`` / requests (everything the clients sent).
 
 Cases: non-streaming and streaming, at simulator latency 0 and with chat-small answering in
@@ -198,7 +200,7 @@ def section(rows: list[dict], idles: list[dict], args: argparse.Namespace) -> st
         f" --connections {args.connections} --workers {args.workers}`.",
         "",
         "| upstream | mode | requests | Redis µs / req | Redis CPU µs / req | commands / req"
-        " | EVALSHA / req | µs / EVALSHA | script µs / req | bytes to Redis / req"
+        " | script calls / req | µs / script call | script µs / req | bytes to Redis / req"
         " | bytes from Redis / req | non-200 |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -220,11 +222,12 @@ def section(rows: list[dict], idles: list[dict], args: argparse.Namespace) -> st
         parts = ", ".join(f"{name} {calls:.1f}" for name, calls in q["breakdown"].items())
         lines.append(
             f"- after upstream {q['latency']}: {q['commands']:.1f} commands/s "
-            f"({q['evalsha']:.1f} EVALSHA), {q['bytes_in']:.0f} bytes/s to Redis, "
+            f"({q['evalsha']:.1f} script calls), {q['bytes_in']:.0f} bytes/s to Redis, "
             f"{q['cpu_us']:.0f} µs/s of Redis CPU; {parts}"
         )
     lines += ["", "Per-command breakdown (calls / request, µs / request; commands run inside "
-              "scripts have their own rows, their time is inside EVALSHA's):", ""]  # fmt: skip
+              "scripts have their own rows, their time is inside their script call's):",
+              ""]  # fmt: skip
     for r in rows:
         mode = "streaming" if r["stream"] else "non-streaming"
         parts = ", ".join(
@@ -249,8 +252,8 @@ times larger (every request
 reserves and settles in all of its buckets). Exactly N requests per case over 16 connections;
 figures are the counters' deltas (`CONFIG RESETSTAT` before each case) divided by N. "Redis µs"
 is the sum of `usec` over `INFO commandstats` for the commands clients sent (a command a script
-runs is counted inside its EVALSHA; a MONITOR sample of 8 requests says which share of each
-command's calls came from outside scripts); "script µs" is EVALSHA's part of it; "Redis CPU"
+runs is counted inside its script call; a MONITOR sample of 8 requests says which share of each
+command's calls came from outside scripts); "script µs" is the script calls' part of it; "Redis CPU"
 is the server process's user + system CPU (adds the event loop, reading and writing sockets:
 an upper bound). Commands count those run inside scripts. Targets: Redis
 µs ≤ 120 and bytes to Redis ≤ 2 KB per request at both upstream latencies.

@@ -42,24 +42,12 @@ from quotas.store.redis import SPEC_ARG, RedisReservationStore, queue_prefix
 from quotas.store.wire import f_, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
-SCRIPTS = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
 SEP = b"\x1f"
 MAIL_BATCH = 256
 ADMIT_SPEC_ARG = 11  # queue_admit's ARGV[12]: the spec set's definition, or ''
 # TTL of the alive key (queue_lib.lua's MAILBOX_MS): only to clean up after a dead process;
 # the time the key holds says whether the mailbox is alive.
 ALIVE_KEY_MS = 120_000
-
-
-def queue_source(name: str) -> str:
-    """lib.lua + queue_lib.lua + the entry script (queue_settle wraps settle.lua too)."""
-    lib = (LUA / "lib.lua").read_text()
-    qlib = (LUA / "queue_lib.lua").read_text()
-    entry = (LUA / f"{name}.lua").read_text()
-    if name == "queue_settle":
-        settle = (LUA / "settle.lua").read_text()
-        lib = f"{lib}\nlocal function settle_main()\n{settle}\nend\n"
-    return f"{lib}\n{qlib}\n{entry}"
 
 
 def reason_of(value: str) -> Reason | QueueReason:
@@ -94,8 +82,6 @@ class RedisQueueStore:
         self.client = store.client
         self.mailbox = f"{store.prefix}:mb:{mailbox or uuid.uuid4().hex}"
         self.alive_key = f"{self.mailbox}:alive"
-        for name in SCRIPTS:
-            store.register_script(name, queue_source(name))
         # Parts and lease of this process's waiters: a grant's reply is parsed against them.
         self._pending: dict[str, tuple[list[tuple[BucketSpec, float]], float]] = {}
 

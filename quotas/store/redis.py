@@ -11,10 +11,10 @@ in the same round trip. If Redis lost it (restarted, flushed, the set's week-lon
 the script answers ``{'S'}`` having changed nothing, and the call is made again with the
 definition (``_call_specs``).
 
-Scripts are ``lua/lib.lua`` + an entry file, run with EVALSHA through redis-py's ``Script``,
-which re-loads the script on NOSCRIPT (Redis restarted or ``SCRIPT FLUSH``); if the cache is
-flushed again between that re-load and its retry, ``_call`` falls back to a plain EVAL, so a
-lost script cache never surfaces as an error.
+Scripts are the entry files of one Redis function library (``library.py``: ``lua/lib.lua``,
+``lua/queue_lib.lua`` and each entry file as a registered function), loaded once and run with
+FCALL; a Redis that lost it (restarted, ``FUNCTION FLUSH``) gets it again and the call is
+retried, so a lost library never surfaces as an error.
 
 A connection error (Redis restarted, a stale pooled connection) is retried twice: every script
 is safe to repeat — reserve is idempotent by reservation id; a repeated reconcile, release or
@@ -33,9 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 
 from quotas.core.book import demand_parts, extension_amount
 from quotas.core.fairqueue import bucket_sides, lane_of
@@ -63,22 +61,12 @@ from quotas.core.model import (
 )
 from quotas.core.recovery import Epoch
 from quotas.core.windows import Boundaries, BoundaryCache
+from quotas.store.library import STORE_ENTRIES, FunctionLibrary
 from quotas.store.wire import f_, msgpack_array, msgpack_list, parse_extend, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 CONNECTION_RETRIES = (0.0, 0.05)  # pauses before the retries after a connection error
-SCRIPTS = (
-    "reserve",
-    "settle",
-    "extend",
-    "renew",
-    "reap",
-    "pause",
-    "observe",
-    "charge",
-    "levels",
-    "recovery",
-)
+SCRIPTS = STORE_ENTRIES
 SPEC_SETS_KEPT = 4096  # spec sets remembered per process (as registered in Redis)
 # Where a script's ARGV holds the spec set (0-based).
 SPEC_ARG = {"reserve": 3, "settle": 9, "extend": 2}
@@ -94,7 +82,8 @@ def _unknown_specs(reply: Any) -> bool:
 
 
 def lua_source(name: str) -> str:
-    """An entry script with the shared library in front of it (what Redis runs)."""
+    """An entry script with lib.lua in front of it, as an EVAL script (the benchmarks'
+    baselines; the store runs the function library)."""
     if name in ("bootstrap", "noop", "recovery_end"):
         return (LUA / f"{name}.lua").read_text()
     return (LUA / "lib.lua").read_text() + "\n" + (LUA / f"{name}.lua").read_text()
@@ -131,10 +120,7 @@ class RedisReservationStore:
         self._retention = repr(float(retention_seconds))
         self._max_lease = repr(float(self.max_lease_seconds))
         self._limit = str(expire_limit)
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(lua_source(name))
-            for name in (*SCRIPTS, "bootstrap", "recovery_end")
-        }
+        self.library = FunctionLibrary(client)
         self._bounds = BoundaryCache()
         self._specs: dict[BucketSpec, tuple[Boundaries, tuple[bytes, str, str, str]]] = {}
         # (specs, pool) → (their blobs, spec key, definition); the spec keys Redis has
@@ -155,11 +141,7 @@ class RedisReservationStore:
         return await self._run(name, keys, args)
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
-        script = self._scripts[name]
-        try:
-            return await script(keys=keys, args=args)
-        except NoScriptError:
-            return await self.client.eval(script.script, len(keys), *keys, *args)  # type: ignore[arg-type]
+        return await self.library.call(name, keys, args)
 
     def _local_now(self, now: float | None) -> float:
         return time.time() + self._offset if now is None else now
@@ -268,20 +250,12 @@ class RedisReservationStore:
         return "" if now is None else repr(now)
 
     async def scripts_load(self) -> int:
-        """Load into Redis every script it lacks (a new or restarted Redis has none); returns
-        how many were missing. One SCRIPT EXISTS, plus one SCRIPT LOAD per missing script."""
-        scripts = list(self._scripts.values())
-        present = await self.client.script_exists(*(s.sha for s in scripts))
-        missing = [s for s, there in zip(scripts, present, strict=True) if not there]
-        for script in missing:
-            await self.client.script_load(script.script)
-        return len(missing)
+        """Load the function library into Redis if it lacks it (a new or restarted Redis has
+        none); returns 1 if it was missing, else 0. One FUNCTION LIST, plus a FUNCTION LOAD."""
+        return int(await self.library.ensure())
 
-    # -- hooks for the fair queue (quotas/store/queue_redis.py): its scripts share lib.lua,
-    # the bucket blobs, the clock and settle.lua's arguments with this store.
-    def register_script(self, name: str, source: str) -> None:
-        self._scripts[name] = self.client.register_script(source)
-
+    # -- hooks for the fair queue (quotas/store/queue_redis.py): its scripts are in the same
+    # library and share lib.lua, the bucket blobs, the clock and settle.lua's arguments.
     async def run_script(self, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Any:
         return await self._call(name, keys, args)
 

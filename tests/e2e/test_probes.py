@@ -1,7 +1,6 @@
 """Health probes (issue 14): /healthz says the process is alive, /readyz whether it can serve,
 following Redis going away and coming back within 2 s."""
 
-import hashlib
 import os
 import shutil
 import time
@@ -11,7 +10,7 @@ import pytest
 import redis
 import yaml
 
-from quotas.store.redis import SCRIPTS, lua_source
+from quotas.store.library import library_code
 from tests.e2e.test_redis_restart import CONFIG, MARKET, RedisServer
 from tests.stack import Stack
 
@@ -88,6 +87,6 @@ def test_readyz_follows_redis_stopping_and_starting(own_redis_stack):
     assert down["status"] == "unavailable"
     assert down["checks"]["redis"] != "ok" and down["checks"]["database"] == "ok"
     assert up["checks"]["scripts"] == "ok"
-    # The scripts are in the new Redis before any request needed them.
-    shas = [hashlib.sha1(lua_source(name).encode()).hexdigest() for name in SCRIPTS]
-    assert all(redis.Redis(port=server.port).script_exists(*shas))
+    # The scripts (the function library) are in the new Redis before any request needed them.
+    digest, _ = library_code()
+    assert redis.Redis(port=server.port).function_list(library=f"switchyard_{digest}")

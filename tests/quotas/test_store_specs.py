@@ -93,7 +93,7 @@ def test_after_flushall_the_store_and_the_fair_queue_register_again(redis_server
     direct = runner.run(store.reserve("d1", BUCKETS, DEMAND))
     assert isinstance(direct, Grant)
     admin.flushall()
-    admin.script_flush()
+    admin.function_flush()  # and the scripts' library: a restart without persistence
     runner.run(store.bootstrap())  # a new store: no learning period
     grant = runner.run(admit("q2"))
     assert isinstance(grant, Grant)

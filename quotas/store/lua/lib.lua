@@ -1,6 +1,9 @@
 -- Bucket arithmetic and reservation steps shared by every script of the reservation store.
 -- Units: times are float epoch seconds, amounts are floats in the bucket's dimension, TTLs ms.
--- This file is prepended to each entry script (reserve.lua, settle.lua, ...) and mirrors
+-- This file heads the store's Redis function library (quotas/store/library.py: each entry
+-- script, reserve.lua, settle.lua, ..., is the body of a function registered after it). Its top
+-- level runs once, when the library loads, where Redis offers no globals but `redis` (hence
+-- 1/0, not math.huge); the functions run with all of them. It mirrors
 -- quotas/core/buckets.py and quotas/core/book.py operation by operation, so that the Redis
 -- store and the in-memory twin compute bit-identical floats. A future fair-queue pump script
 -- includes it too and calls reserve_parts() for the head request of a flow.
@@ -11,14 +14,15 @@
 -- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
 -- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
--- concurrency held/h:<id> (learned limits also lc as of lt, lg = growing), ramp
+-- concurrency held/h:<id>/nx (nx: no holder's lease expires before it, so the holders' sweep
+-- is skipped until then; learned limits also lc as of lt, lg = growing), ramp
 -- cur/cur_used/prev_used; 'exp' = until when the key's TTL is known to run (TTLs only ever
 -- drop state that no longer matters, so they are set lazily).
 
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
 local TICK = 1e-6
-local INF = math.huge
+local INF = 1 / 0  -- math.huge: the library's load has no `math`
 
 local function fmt(x)
   return string.format('%.17g', x)
@@ -47,11 +51,36 @@ local function epoch(key, now, max_lease)
   return tonumber(e[1]), tonumber(e[2])
 end
 
-local function read_part(blob)
+-- Parsed definitions stay in the library's Lua state between calls: a bucket blob's fields
+-- and a spec set's table are pure functions of their bytes (spec keys are digests of their
+-- content), and parsing them with cmsgpack on every call cost ~25 µs of a ~130 µs call. A
+-- call gets a fresh table whose reads fall through to the cached fields (a metatable), so what
+-- it sets (amount, side, ...) stays its own. Each cache starts afresh past CACHE_MAX entries;
+-- a reloaded library or a restarted Redis starts empty.
+local CACHE_MAX = 4096
+local blob_cache, blob_count = {}, 0
+
+local function part_meta(blob, extra)
   local t = cmsgpack.unpack(blob)
-  return {name = t[1], rule = t[2], dim = t[3], cap = t[4], period = t[5],
-          x1 = t[6], x2 = t[7], x3 = t[8], x4 = t[9], shadow = t[10] == 1,
-          cached_free = t[11] == 1}
+  local base = {name = t[1], rule = t[2], dim = t[3], cap = t[4], period = t[5],
+                x1 = t[6], x2 = t[7], x3 = t[8], x4 = t[9], shadow = t[10] == 1,
+                cached_free = t[11] == 1}
+  if extra then
+    for k, v in pairs(extra) do base[k] = v end
+  end
+  return {__index = base}
+end
+
+-- own: the call's own fields (one table constructor, not fields added one by one).
+local function read_part(blob, own)
+  local meta = blob_cache[blob]
+  if not meta then
+    if blob_count >= CACHE_MAX then blob_cache, blob_count = {}, 0 end
+    meta = part_meta(blob)
+    blob_cache[blob] = meta
+    blob_count = blob_count + 1
+  end
+  return setmetatable(own or {}, meta)
 end
 
 -- A request's buckets are registered once (quotas/store/redis.py, RedisReservationStore.specs):
@@ -63,24 +92,64 @@ end
 -- definition when the caller does not know Redis has it ('' when it does). Returns nil when
 -- the key is missing (Redis restarted or flushed): the script answers {'S'} having changed
 -- nothing, and the caller sends the definition again. A week's TTL: sets no longer used go.
+-- A set parsed before (spec_cache) is used as it is once EXISTS says Redis still has the key,
+-- so a lost key is still answered with {'S'} and registered again.
 local SPEC_MS = 7 * 86400000
+local spec_cache, spec_count = {}, 0
+
+local function spec_keep(skey, t)
+  if spec_count >= CACHE_MAX then spec_cache, spec_count = {}, 0 end
+  t.metas = {}  -- per part, its fields (spec_part)
+  spec_cache[skey] = t
+  spec_count = spec_count + 1
+  return t
+end
+
 local function specs_load(skey, def)
+  local t = spec_cache[skey]
   if def ~= '' then
     redis.call('SET', skey, def, 'PX', SPEC_MS)
-    return cmsgpack.unpack(def)
+    return t or spec_keep(skey, cmsgpack.unpack(def))
+  end
+  if t then
+    if redis.call('EXISTS', skey) == 1 then return t end
+    return nil
   end
   local raw = redis.call('GET', skey)
   if not raw then return nil end
-  return cmsgpack.unpack(raw)
+  return spec_keep(skey, cmsgpack.unpack(raw))
 end
 
--- Part i of a spec set: read_part's fields with .key, .hkey, .pkey and .sidev (the side,
--- 0 shared, 1 pool, 2 own) set.
+local function spec_meta(t, i)
+  local meta = t.metas[i]
+  if not meta then
+    local at = 8 + 5 * (i - 1)
+    meta = part_meta(t[at], {blob = t[at], key = t[at + 1], hkey = t[at + 2],
+                             pkey = t[at + 3], sidev = t[at + 4]})
+    t.metas[i] = meta
+  end
+  return meta
+end
+
+-- Part i of a spec set: read_part's fields with .blob, .key, .hkey, .pkey and .sidev (the
+-- side, 0 shared, 1 pool, 2 own) set.
 local function spec_part(t, i)
-  local at = 8 + 5 * (i - 1)
-  local p = read_part(t[at])
-  p.blob, p.key, p.hkey, p.pkey, p.sidev = t[at], t[at + 1], t[at + 2], t[at + 3], t[at + 4]
-  return p
+  return setmetatable({}, spec_meta(t, i))
+end
+
+-- The parts of a spec set by name, their fields shared with every call: for a caller that
+-- only reads them (settle).
+local function spec_by_name(t)
+  local by_name = t.by_name
+  if not by_name then
+    by_name = {}
+    for i = 1, t[1] do
+      local p = spec_meta(t, i).__index
+      by_name[p.name] = p
+    end
+    t.by_name = by_name
+  end
+  return by_name
 end
 
 local function window_of(p, now)
@@ -103,8 +172,14 @@ local function num(x)
   return nil
 end
 
+-- A concurrency hash's nx when no holder is left (hold() lowers it to the next expiry).
+local NO_HOLDER = 1e300
+
 -- view: bring a bucket to now. Returns {exists, avail, a, b, c, ...} like core View.
-local function view(p, key, hkey, now, born, limit)
+-- extra: one more hash field the caller will read (settle: its own holder 'h:<id>', or its
+-- marker's rolling slice), read in the same HMGET: v.extra (false when missing). Each rule
+-- reads its state with one HMGET; a rolling window reads now's slice with it (v.cur).
+local function view(p, key, hkey, now, born, limit, extra)
   if p.rule == 'refill' then
     local h = redis.call('HMGET', key, 'level', 'ts', 'exp')
     if not h[1] then
@@ -129,13 +204,14 @@ local function view(p, key, hkey, now, born, limit)
     local width = p.period / p.x1
     local k_now = math.floor(now / width)
     local k_min = math.floor((now - p.period) / width)
-    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp')
+    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp', slice_field(k_now),
+      extra or 'exp')
     if h[1] and k_min > tonumber(h[3]) then
       redis.call('DEL', key)
       h = {false}
     end
     if not h[1] then
-      return {exists = false, avail = p.cap, a = k_now, total = 0}
+      return {exists = false, avail = p.cap, a = k_now, total = 0, cur = false, extra = false}
     end
     local total, lo, hi = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
     if lo < k_min then
@@ -154,11 +230,11 @@ local function view(p, key, hkey, now, born, limit)
       redis.call('HSET', key, 'total', total, 'lo', lo)
     end
     return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
-            lo = lo, hi = hi}
+            lo = lo, hi = hi, cur = h[5], extra = extra and h[6]}
   elseif p.rule == 'concurrency' then
-    local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg')
+    local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg', 'nx', extra or 'nx')
     if not h[1] then
-      return {exists = false, avail = p.cap, held = 0, cap = p.cap}
+      return {exists = false, avail = p.cap, held = 0, cap = p.cap, extra = false}
     end
     local held = tonumber(h[1])
     -- A learned limit (period > 0): lc as of lt, growing one per period while lg (it was full).
@@ -167,19 +243,28 @@ local function view(p, key, hkey, now, born, limit)
       cap = tonumber(h[3])
       if h[5] == '1' then cap = math.min(p.cap, cap + (now - tonumber(h[4])) / p.period) end
     end
-    local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
-    if #due > 0 then
+    local nx, mine = num(h[6]), extra and h[7]
+    -- No holder's lease can have run out before nx: the sweep is skipped (nil: not known).
+    if not nx or nx <= now then
+      local due = redis.call('ZRANGEBYSCORE', hkey, '-inf', now, 'LIMIT', 0, limit)
       for _, id in ipairs(due) do
         local f = 'h:' .. id
         local amount = tonumber(redis.call('HGET', key, f))
         redis.call('HDEL', key, f)
         redis.call('ZREM', hkey, id)
         held = held - amount
+        if f == extra then mine = false end
       end
-      redis.call('HSET', key, 'held', held)
+      if #due < limit then  -- every due holder is gone: nx is the earliest expiry left
+        local first = redis.call('ZRANGE', hkey, 0, 0, 'WITHSCORES')
+        nx = tonumber(first[2] or NO_HOLDER)
+        redis.call('HSET', key, 'held', held, 'nx', nx)
+      elseif #due > 0 then
+        redis.call('HSET', key, 'held', held)
+      end
     end
     return {exists = true, exp = num(h[2]), avail = cap - held, held = held, cap = cap,
-            learned = learned}
+            learned = learned, nx = nx, extra = mine}
   end
   -- ramp
   local idx = math.floor(now / p.period)
@@ -249,7 +334,7 @@ local function rolling_add(p, v, key, k, amount, now)
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     return
   end
-  local have = tonumber(redis.call('HGET', key, f) or '0')
+  local have = tonumber(v.cur or '0')  -- k is now's slice, read by view
   redis.call('HSET', key, f, have + amount, 'total', v.total + amount,
     'hi', math.max(v.hi, k), 'lo', math.min(v.lo, k))
   if not (v.exp and v.exp >= need) then
@@ -283,14 +368,22 @@ local function write_ramp(p, key, v, cu, pu)
   if not v.same then redis.call('PEXPIRE', key, ttl_ms(2 * p.period)) end
 end
 
--- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil).
-local function hold(key, hkey, exp, held, id, amount, expiry, now)
+-- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil; nx:
+-- its 'nx', lowered to expiry if later or nil, so the sweep in view runs by then).
+local function hold(key, hkey, exp, nx, held, id, amount, expiry, now)
+  local args = {'HSET', key, 'held', held, 'h:' .. id, amount}
+  if not nx or nx > expiry then
+    args[#args + 1] = 'nx'
+    args[#args + 1] = expiry
+  end
   if exp and exp >= expiry then
-    redis.call('HSET', key, 'held', held, 'h:' .. id, amount)
+    redis.call(unpack(args))
     redis.call('ZADD', hkey, expiry, id)
   else
     local e = expiry + (expiry - now)
-    redis.call('HSET', key, 'held', held, 'h:' .. id, amount, 'exp', e)
+    args[#args + 1] = 'exp'
+    args[#args + 1] = e
+    redis.call(unpack(args))
     redis.call('ZADD', hkey, expiry, id)
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     redis.call('PEXPIRE', hkey, ttl_ms(e - now))
@@ -317,7 +410,7 @@ local function take(p, v, key, hkey, now, amount, id, expiry)
     rolling_add(p, v, key, v.a, amount, now)
     return v.a
   elseif p.rule == 'concurrency' then
-    hold(key, hkey, v.exp, v.held + amount, id, amount, expiry, now)
+    hold(key, hkey, v.exp, v.nx, v.held + amount, id, amount, expiry, now)
     if v.learned then learned_hold(key, v, v.held + amount, now) end
     return 0
   end
@@ -325,10 +418,11 @@ local function take(p, v, key, hkey, now, amount, id, expiry)
   return v.a
 end
 
--- Returns what is held afterwards, or nil if id held nothing.
-local function release_holder(key, hkey, id, held)
+-- Returns what is held afterwards, or nil if id held nothing. amount: its 'h:<id>' as view
+-- read it (false: none), or nil to read it here.
+local function release_holder(key, hkey, id, held, amount)
   local f = 'h:' .. id
-  local amount = redis.call('HGET', key, f)
+  if amount == nil then amount = redis.call('HGET', key, f) end
   if not amount then return nil end
   if held == nil then held = tonumber(redis.call('HGET', key, 'held')) end
   redis.call('HDEL', key, f)
@@ -336,6 +430,17 @@ local function release_holder(key, hkey, id, held)
   held = held - tonumber(amount)
   redis.call('HSET', key, 'held', held)
   return held
+end
+
+-- The field settle() reads beside the bucket's state (view's extra): the reservation's holder,
+-- or its marker's rolling slice.
+local function settle_field(p, marker, id)
+  if p.rule == 'concurrency' then return 'h:' .. id end
+  if p.rule == 'rolling_window' then
+    if marker >= 0 then return slice_field(marker) end
+    return slice_field(-1)
+  end
+  return nil
 end
 
 -- settle: replace taken by actual (give back to a still-current window, charge overage).
@@ -356,7 +461,8 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
       local k = -1
       if marker >= 0 then k = marker end
       local f = slice_field(k)
-      local have = redis.call('HGET', key, f)
+      local have = v.extra  -- the marker's slice, read by view (settle_field)
+      if have == nil then have = redis.call('HGET', key, f) end
       if k >= v.lo and have then
         have = tonumber(have)
         local back = math.min(have, -diff)
@@ -365,7 +471,7 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
     end
   elseif p.rule == 'concurrency' then
     if v.exists then
-      local held = release_holder(key, hkey, id, v.held)
+      local held = release_holder(key, hkey, id, v.held, v.extra)
       if held and v.learned then learned_hold(key, v, held, now) end
     end
   else
@@ -389,13 +495,20 @@ local LEARNING_RULES = {fixed_window = true, rolling_window = true, concurrency 
 local function reserve_parts(ctx, parts)
   local now = ctx.now
   local learning = now < ctx.learning_until
-  local pkeys = {}
-  for i, p in ipairs(parts) do pkeys[i] = p.pkey end
+  -- one MGET of the scopes' pause keys, each once (a request's parts share few scopes)
+  local pkeys, slot, at = {}, {}, {}
+  for i, p in ipairs(parts) do
+    if not slot[p.pkey] then
+      pkeys[#pkeys + 1] = p.pkey
+      slot[p.pkey] = #pkeys
+    end
+    at[i] = slot[p.pkey]
+  end
   local pauses = redis.call('MGET', unpack(pkeys))
   local checks, views = {}, {}
   for i, p in ipairs(parts) do
     local reason, retry, v = false, now, false
-    local paused = tonumber(pauses[i] or '0')
+    local paused = tonumber(pauses[at[i]] or '0')
     if paused <= now then paused = 0 end
     if p.rule ~= 'ramp' and p.amount > p.cap then
       reason, retry = 'unsatisfiable', INF

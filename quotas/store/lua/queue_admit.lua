@@ -38,7 +38,7 @@ if rec then
   return out
 end
 
-local Q = q_load(specs[4])
+local Q = q_load(specs[4], flow)
 local depth = redis.call('ZCARD', Q.d)
 if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} end
 

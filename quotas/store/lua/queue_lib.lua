@@ -39,7 +39,7 @@ local SEP = '\31'
 
 local function q_keys(qp)
   return {qp = qp, s = qp .. ':s', h = qp .. ':h', l = qp .. ':l', d = qp .. ':d',
-          p = qp .. ':p'}
+          p = qp .. ':p', fin = {}}
 end
 
 -- An entry as stored: {id, flow, weight, cost, burst, deadline, lease, mailbox, rkey, parts,
@@ -62,10 +62,8 @@ end
 local function q_parts(e)
   local parts = {}
   for i, row in ipairs(e.parts) do
-    local p = read_part(row[1])
-    p.amount, p.key, p.hkey, p.pkey = row[2], row[3], row[4], row[5]
-    p.side, p.own = row[6] == 1, row[6] == 2
-    parts[i] = p
+    parts[i] = read_part(row[1], {amount = row[2], key = row[3], hkey = row[4], pkey = row[5],
+                                  side = row[6] == 1, own = row[6] == 2})
   end
   return parts
 end
@@ -80,7 +78,8 @@ local function q_touch(Q)
 end
 
 local function q_finish(Q, flow)
-  local f = redis.call('HGET', Q.s, 'f:' .. flow)
+  local f = Q.fin[flow]  -- read by q_load (false: none), or nil: not read yet
+  if f == nil then f = redis.call('HGET', Q.s, 'f:' .. flow) end
   if f then return tonumber(f) end
   return -INF
 end
@@ -92,7 +91,9 @@ end
 -- A grant counts against its flow: finish tag and virtual time move on.
 local function q_account(Q, e, s)
   Q.v = math.max(Q.v, s)
-  redis.call('HSET', Q.s, 'f:' .. e.flow, fmt(s + e.cost / e.weight), 'v', fmt(Q.v))
+  local finish = fmt(s + e.cost / e.weight)
+  redis.call('HSET', Q.s, 'f:' .. e.flow, finish, 'v', fmt(Q.v))
+  Q.fin[e.flow] = finish
   redis.call('PEXPIRE', Q.s, KEEP_MS)
 end
 
@@ -493,10 +494,12 @@ local function q_drain_refusal(Q, e, parts, ctx)
   return q_refusal(now, 'deadline_unreachable', names[which], floor, e.id, {})
 end
 
-local function q_load(qp)
+-- flow: the flow whose finish tag the caller needs (admit), read in the same HMGET.
+local function q_load(qp, flow)
   local Q = q_keys(qp)
-  local st = redis.call('HMGET', Q.s, 'v', 'nf')
+  local st = redis.call('HMGET', Q.s, 'v', 'nf', flow and ('f:' .. flow) or 'v')
   Q.v, Q.nf = tonumber(st[1] or '0'), tonumber(st[2] or '0')
+  if flow then Q.fin[flow] = st[3] end
   return Q
 end
 

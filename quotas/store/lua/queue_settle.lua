@@ -1,11 +1,11 @@
 -- queue_settle: settle.lua (reconcile or release) and then the pool's pump, in one call, so
--- capacity given back goes to the next waiter at once (SPEC C6, D2). Built as lib.lua +
--- settle.lua wrapped in settle_main() + queue_lib.lua + this file.
+-- capacity given back goes to the next waiter at once (SPEC C6, D2). settle.lua is the body of
+-- settle_main(KEYS, ARGV) in the function library (quotas/store/library.py).
 -- KEYS: settle.lua's 3 (the pool's keys are made from qp, as queue_admit's are).
 -- ARGV: settle.lua's 10 (the pool's qp and the store's settings come from the spec set).
 -- Returns {settle.lua's reply, {now, next_fit, depth, granted, refused}}, or {'S'} when the
 -- spec key is unknown (nothing done). An empty queue costs one ZCARD after the settle.
-local settled, specs = settle_main()
+local settled, specs = settle_main(KEYS, ARGV)
 if settled[1] == 'S' then return settled end
 local now = tonumber(settled[2])
 local Q = q_keys(specs[4])

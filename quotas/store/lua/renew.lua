@@ -14,13 +14,13 @@ local created = tonumber(ARGV[6])
 local expires = now + lease
 
 local function rehold(key, hkey, amount, adopt)
-  local h = redis.call('HMGET', key, 'held', 'exp', 'h:' .. id)
+  local h = redis.call('HMGET', key, 'held', 'exp', 'h:' .. id, 'nx')
   local held = tonumber(h[1] or '0')
   if not h[3] then
     if not adopt then return end
     held = held + amount
   end
-  hold(key, hkey, num(h[2]), held, id, amount, expires, now)
+  hold(key, hkey, num(h[2]), num(h[4]), held, id, amount, expires, now)
 end
 
 local rec = record_load(KEYS[2], now, retention)

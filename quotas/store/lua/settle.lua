@@ -33,11 +33,7 @@ if rec.expires <= now then
   record_expire(rkey, rec, KEYS[2], now, retention)
   return {'expired', fmt(now), 0}, specs
 end
-local by_name = {}
-for i = 1, specs[1] do
-  local p = spec_part(specs, i)
-  by_name[p.name] = p
-end
+local by_name = spec_by_name(specs)  -- read only, shared between calls
 local out = {release and 'released' or 'reconciled', fmt(now), 0}
 for _, row in ipairs(rec.rows) do
   local p = by_name[row[1]]
@@ -64,7 +60,7 @@ for _, row in ipairs(rec.rows) do
       local seg, held = taken, actual
       if locked > 0 then seg, held = taken - locked, math.max(0, actual - locked) end
       if held ~= seg or p.rule == 'concurrency' then
-        local v = view(p, p.key, p.hkey, now, born, limit)
+        local v = view(p, p.key, p.hkey, now, born, limit, settle_field(p, marker, id))
         settle(p, v, p.key, p.hkey, now, seg, held, marker, id)
       end
       out[#out + 1] = fmt(taken)

@@ -1,0 +1,104 @@
+"""The store's scripts as one Redis function library (quotas/store/library.py): loaded once,
+called with FCALL; a Redis that lost it (restarted without persistence, FUNCTION FLUSH) gets
+it again on the next call, which then happens exactly once. On a private redis-server."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+import redis.asyncio
+from redis.exceptions import ResponseError
+
+from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Rule, Usage
+from quotas.queue import BrokerQueue
+from quotas.store.library import ENTRIES, library_code
+from quotas.store.queue_redis import RedisQueueStore
+from quotas.store.redis import RedisReservationStore
+
+POOL = "provider:p"
+RPM = BucketSpec("p-rpm", POOL, Dimension.REQUESTS, Rule.REFILL, 100, 60)
+SLOTS = BucketSpec("p-slots", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 5)
+BUCKETS = [RPM, SLOTS]
+DEMAND = Usage(input_tokens=300, output_tokens=200)
+
+
+def store_on(url: str) -> RedisReservationStore:
+    return RedisReservationStore(redis.asyncio.Redis.from_url(url), prefix="lib")
+
+
+def pairs(flat: list) -> dict:
+    """A RESP2 map (FUNCTION LIST's): [key, value, key, value, ...]."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def calls(admin: redis.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in admin.info("commandstats").items()}
+
+
+def test_it_registers_every_entry_script_under_a_name_with_the_library_digest(redis_server):
+    admin = redis.Redis(port=redis_server.port)
+    digest, source = library_code()
+    admin.function_load(source)
+    [library] = admin.function_list(library=f"switchyard_{digest}")
+    functions = pairs(library)[b"functions"]
+    names = {pairs(f)[b"name"].decode() for f in functions}
+    assert names == {f"{entry}_{digest}" for entry in ENTRIES}
+
+
+def test_it_loads_the_library_once_and_runs_every_call_with_fcall(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    assert runner.run(store.scripts_load()) == 1  # a new Redis lacks it
+    assert runner.run(store.scripts_load()) == 0
+    runner.run(store.bootstrap())
+    admin.config_resetstat()
+    for n in range(3):
+        grant = runner.run(store.reserve(f"r{n}", BUCKETS, DEMAND))
+        assert isinstance(grant, Grant)
+        assert runner.run(store.release(grant)).outcome is Outcome.RELEASED
+    seen = calls(admin)
+    assert seen["fcall"] == 6
+    assert "evalsha" not in seen and "eval" not in seen and "function|load" not in seen
+    runner.run(store.client.aclose())
+
+
+def test_a_lost_library_is_loaded_again_and_the_call_happens_once(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    queue = BrokerQueue(RedisQueueStore(store))
+    runner.run(store.bootstrap())
+    first = runner.run(store.reserve("a", BUCKETS, DEMAND))
+    assert isinstance(first, Grant)
+    admin.function_flush()
+    admin.config_resetstat()
+    second = runner.run(store.reserve("b", BUCKETS, DEMAND))
+    assert isinstance(second, Grant)
+    assert calls(admin)["function|load"] == 1
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity - 2  # each grant holds one slot: none twice
+    admin.function_flush()  # the fair queue's functions are in the same library
+    admit = queue.admit(
+        "q", BUCKETS, DEMAND, pool=POOL, flow="t", weight=1.0,
+        deadline=store.local_now() + 5, max_depth=10, flow_depth=10,
+    )  # fmt: skip
+    grant = runner.run(admit)
+    assert isinstance(grant, Grant)
+    assert runner.run(queue.reconcile(grant, DEMAND)).outcome is Outcome.RECONCILED
+    runner.run(queue.close())
+    runner.run(store.client.aclose())
+
+
+def test_a_script_error_is_raised_not_taken_for_a_lost_library(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    grant = runner.run(store.reserve("a", [RPM], DEMAND))
+    assert isinstance(grant, Grant)
+    [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
+    admin.delete(key)
+    admin.set(key, "not a hash")
+    admin.config_resetstat()
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        runner.run(store.reserve("b", [RPM], DEMAND))
+    assert "function|load" not in calls(admin)
+    runner.run(store.client.aclose())
