@@ -17,6 +17,7 @@ Oversized bodies are refused here from their Content-Length, before Django buffe
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 import tempfile
@@ -175,6 +176,17 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
         await site_handler(scope, receive, send)
 
 
+def _startup_heap_freeze() -> None:
+    """Leave what the worker built to start (~117,000 objects: modules, classes, Django's
+    registries) out of every later garbage collection (``gc.freeze``). A full collection walks
+    every tracked object: ~70 ms each in a bench worker holding ~130,000 (gc callbacks, load
+    ~8), about once per 1,500 requests, with every request in flight on the worker waiting;
+    frozen, it walks only what was made since. Garbage from the start is collected first, so
+    nothing unreachable is frozen; objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 def _declared_length(scope: Scope) -> int:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -210,6 +222,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
         if message["type"] == "lifespan.startup":
             await recovery.members_join("gateway")  # before serving: a new Redis is known new
             tasks_dump_install()
+            _startup_heap_freeze()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await recovery.members_leave()
