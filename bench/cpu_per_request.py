@@ -27,7 +27,8 @@ settle on its way is counted):
   about 0.5 s (TTFT median 390 ms, 16 tokens at ~140 tokens/s, as ``bench/redis_cost.py``).
 
 Per case it also reads the gateway's own Redis (``INFO commandstats`` / ``stats``): commands
-(script-inner included), EVALSHA calls and bytes received per request.
+(script-inner included), EVALSHA calls and bytes received per request, and the largest
+worker's peak RSS (``VmHWM``) since it started: the harness's "peak RSS per worker".
 
     .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
         [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick]
@@ -150,6 +151,17 @@ def workers_cpu(pids: list[int]) -> float:
     return sum(cpu(pid) for pid in pids)
 
 
+def peak_rss_mib(pids: list[int]) -> float:
+    """The largest worker's peak resident set so far (``VmHWM``), in MiB: what the harness
+    reports as peak RSS per worker."""
+    peaks = []
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peaks.append(int(line.split()[1]) / 1024)
+    return round(max(peaks), 1)
+
+
 def wait_http(url: str, *, timeout: float, headers: dict[str, str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -253,6 +265,7 @@ def measure(
         "rps": round(requests / seconds, 1),
         "cpu_ms_per_req": round(spent * 1000 / requests, 3),
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
+        "peak_rss_mib": peak_rss_mib(gateway_workers),  # since the worker started
         # the gateway's own Redis: every command (those a script runs included) and the
         # round trips' bytes, per request; the 1 s after the requests included
         **{
@@ -430,8 +443,9 @@ def mean(rows: list[dict], name: str) -> float:
 def table(rows: list[dict]) -> str:
     lines = [
         "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
-        "| Redis commands / req | EVALSHA / req | bytes to Redis / req | loadavg |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
+        "| Redis commands / req | EVALSHA / req | bytes to Redis / req | peak RSS per worker MiB "
+        "| loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -442,7 +456,7 @@ def table(rows: list[dict]) -> str:
             lines.append(
                 f"| idle (CPU ms / s, all workers) | {src} | | | | "
                 f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} "
-                "| | | | |"
+                "| | | | | |"
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
@@ -454,6 +468,7 @@ def table(rows: list[dict]) -> str:
             f"{mean(group, 'redis_commands_per_req'):.1f} | "
             f"{mean(group, 'redis_evalsha_per_req'):.2f} | "
             f"{mean(group, 'redis_bytes_in_per_req'):,.0f} | "
+            f"{max(r.get('peak_rss_mib', 0) for r in group):.1f} | "
             f"{' / '.join(r['loadavg'] for r in group)} |"
         )
     return "\n".join(lines)

@@ -19,11 +19,11 @@ import uuid
 from typing import Any
 
 import orjson
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 
+from common.background import background_app
 from gateway import jobs
 from gateway.batch_files import BATCH_DOORS, batch_lines_parse
 from gateway.batch_models import Batch, BatchFile
@@ -138,7 +138,7 @@ def _metadata_check(metadata: Any) -> None:
 
 
 def batch_enqueue(batch_id: str, countdown: float = 0.0) -> None:
-    current_app.send_task(BATCH_RUN_TASK, (batch_id,), countdown=countdown, ignore_result=True)
+    background_app().send_task(BATCH_RUN_TASK, (batch_id,), countdown=countdown, ignore_result=True)
 
 
 def batch_get(*, tenant_id: int, batch_id: str) -> Batch:

@@ -24,12 +24,12 @@ import logging
 import uuid
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, F, Min
 from django.http import HttpRequest
 
+from common.background import background_app
 from common.db import database_work
 from gateway.call import Call
 from gateway.errors import InvalidRequest, ServiceUnavailable
@@ -132,7 +132,7 @@ JOB_RUN_TASK = "gateway.tasks.job_run"
 
 def job_enqueue(job_id: str, countdown: float = 0.0) -> None:
     """Hand the job to a Celery worker, at once or ``countdown`` seconds from now."""
-    current_app.send_task(JOB_RUN_TASK, (job_id,), countdown=countdown, ignore_result=True)
+    background_app().send_task(JOB_RUN_TASK, (job_id,), countdown=countdown, ignore_result=True)
 
 
 def job_lease(job_id: str, now: dt.datetime) -> Job | None:

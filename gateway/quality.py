@@ -1,5 +1,9 @@
 """Output quality the router can measure (SPEC G8): tool-call arguments that do not fit the
-tool's JSON schema — or are not JSON at all — are bad output."""
+tool's JSON schema — or are not JSON at all — are bad output.
+
+jsonschema is imported by the first answer with a tool call to check against a schema, not
+with the gateway: a worker that never sees one does not hold it (~3 MiB of its RSS).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 
 def tool_calls_malformed(
@@ -31,6 +33,9 @@ def tool_calls_malformed(
         if not isinstance(arguments, dict):
             return True
         if isinstance(schema, Mapping):
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import SchemaError
+
             try:
                 if not Draft202012Validator(schema).is_valid(arguments):
                     return True

@@ -1,9 +1,16 @@
 """ASGI entry point: ``uvicorn switchyard.asgi:application``; the handler is ``gateway.asgi``."""
 
 import os
+import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
-from gateway.asgi import application
+# httpx's package imports its command-line client (``httpx._main``: rich, pygments, click; ~2.3
+# MiB of each worker's RSS) whenever those are installed, and falls back to a stub ``main`` when
+# the import fails. A server process never runs that client; this entry point alone stops it
+# (management commands and Celery keep httpx as it is).
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+from gateway.asgi import application  # noqa: E402
 
 __all__ = ["application"]

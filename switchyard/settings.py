@@ -160,6 +160,8 @@ CACHES = {
     }
 }
 
+# The Celery app, loaded by name where work is handed to it (common/background.py).
+BACKGROUND_APP = "switchyard.celery.app"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
