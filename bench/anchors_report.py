@@ -142,7 +142,7 @@ def main() -> None:
         p(
             f"| Redis commands per request, upstream 0 | {fmt(r0['commands_per_req'], 1)} | — | "
             f"| | Redis phase: `calls` of every command, those inside scripts included "
-            f"({fmt(r0['evalsha_per_req'], 2)} EVALSHA) |"
+            f"({fmt(r0['evalsha_per_req'], 2)} script calls: FCALL) |"
         )
         p(
             f"| bytes to Redis per request, upstream 0 | {fmt(r0['bytes_in_per_req'], 0)} | — | | | "
@@ -173,7 +173,7 @@ def main() -> None:
             "requests (which share of each command's calls a client sent rather than a script); "
             "`CONFIG RESETSTAT`; exactly N requests over 16 connections with the harness's request "
             "body (aiohttp; every request completes); 1 s to settle; counters / N. Redis µs = "
-            "`usec` of client-sent commands (a script's inner commands are inside its EVALSHA); "
+            "`usec` of client-sent commands (a script's inner commands are inside its FCALL); "
             "Redis CPU = the server's `used_cpu_user + used_cpu_sys` (event loop and socket I/O "
             "included: an upper bound); commands = `calls` of every command, script-inner "
             "included; bytes = `total_net_input_bytes`; gateway CPU = uvicorn's process tree "
@@ -182,7 +182,7 @@ def main() -> None:
         )
         p(
             "| upstream | mode | requests | errors | Redis µs / req | Redis CPU µs / req | commands "
-            "/ req | EVALSHA / req | µs / EVALSHA | bytes to Redis / req | bytes from Redis / req "
+            "/ req | FCALL / req | µs / FCALL | bytes to Redis / req | bytes from Redis / req "
             "| gateway CPU ms / req |"
         )
         p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -198,7 +198,7 @@ def main() -> None:
         if r0:
             top = sorted(r0["breakdown"].items(), key=lambda kv: -kv[1][0])[:12]
             p("\nUpstream 0, non-streaming, by command (calls and usec per request, script-inner "
-              "commands included and also inside EVALSHA's usec): "
+              "commands included and also inside FCALL's usec): "
               + ", ".join(f"`{n}` {c:.1f} / {u:.0f} µs" for n, (c, u) in top) + ".")  # fmt: skip
 
     p("\n## Acceptance (issue 19), this run\n")
