@@ -482,8 +482,10 @@ def _routing_cost_order(
     Held at the cap: by the band's own shares, before the guard. Share the guard moves to a
     cheap endpoint is the user's bound, not demand the router's ranking had for it; counted as
     held back, it made the cap grow (G10: it grows while it holds demand back and 429s are
-    rare) past what the endpoint serves, where the broker's own limit, not a 429, refused the
-    excess: on market (b) gamma's cap climbed from 1.5 to 5 attempts/s while gamma served 1.
+    rare) whenever the guard filled the endpoint, which says nothing of what it can serve.
+    (It was not the only growth: on market (b), where the broker's learned concurrency, not a
+    429, refuses gamma's excess, gamma's cap still climbed from 1.5 to 4.6 attempts/s while
+    gamma served 1, by running near it; hence ``_full`` reads the broker too.)
     """
     if len(cand) == len(table.endpoints):
         mult, lower, upper = table.multiplier, table.lower, table.upper
