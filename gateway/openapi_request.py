@@ -171,8 +171,8 @@ PROVIDER_PREFERENCES: Schema = {
             "minimum": 0,
             "description": (
                 "Cost guard (not OpenRouter's): the expected price of the router's traffic mix "
-                "at most this fraction above the cheapest eligible endpoint's (0.06 = +6 %); "
-                "null: the model's bound."
+                "at most this fraction above the cheapest eligible endpoint's that can take "
+                "more traffic (0.06 = +6 %); null: the model's bound."
             ),
         },
     },

@@ -8,14 +8,19 @@ per-endpoint bounds [floor, cap], summing to 1: what a capped endpoint cannot ta
 others in proportion to their weights, and what the floors need comes from everyone above them.
 
 The cost guard runs last, on the filled shares: with p_e endpoint e's effective price per good
-answer and p* the cheapest eligible one's, it keeps Σ x_e·p_e ≤ (1 + max_cost_premium)·p*,
-moving the least share from the dearest endpoints to the cheapest (floors and caps kept). The
-routing cost prices waiting at λ; the guard is the user's own bound on what speed may cost.
+answer and p* the cheapest eligible one's *that can take more traffic*, it keeps
+Σ x_e·p_e ≤ (1 + max_cost_premium)·p*, moving the least share from the dearest endpoints to the
+cheapest with room (floors and caps kept). The routing cost prices waiting at λ; the guard is the
+user's own bound on what speed may cost. An endpoint that is full (its learned cap reached, or
+the broker saying it has no room: ``planner._full``) is neither a place to move share to nor
+the price to measure against: a bound over a price no mix can reach only sends requests to be
+refused there and served elsewhere after the refusal (bench/markets/results.md, market (b)).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from routing.core.parameters import RoutingParameters
 from routing.core.stats import lower_median
@@ -210,29 +215,40 @@ def cost_guard(
     lower: list[float],
     upper: list[float],
     max_premium: float,
+    full: Sequence[bool] | None = None,
 ) -> tuple[list[float], float, float]:
     """The cost guard (issue 17): shares whose expected price is ≤ (1 + max_premium) × the
-    cheapest eligible endpoint's, and the premium before and after.
+    cheapest eligible endpoint's that can take more traffic, and the premium before and after:
+
+        open_e = lower_e < upper_e and not full_e
+        p*     = min { p_e : open_e }
+        Σ x_e·p_e ≤ (1 + max_premium)·p*        x_e moved only toward endpoints with open_e
 
     ``prices`` are effective prices per good answer (G3 price × attempts per good answer, G7/G8).
-    Eligible: an endpoint that may take more than its floor (not behind a breaker or flag). The
-    change is the least share moved: each unit taken from the dearest endpoint above its floor
-    and given to the cheapest below its cap saves the most, so the greedy pairing of the two ends
-    moves the fewest requests (floors and caps are kept; where they leave no room the premium
-    stays above the bound, as close to it as they allow). Shares already under the bound are
-    returned as they are.
+    Eligible: an endpoint that may take more than its floor (not behind a breaker or flag).
+    ``full``: endpoints that can take no more traffic (``planner._full``: the learned cap
+    reached, the broker's view of the endpoint); none given, none is. Such an endpoint keeps its
+    share (it may give some up) but takes none, and its price is not p*: a cheap endpoint with
+    no room would make the bound one no mix reaches. When no open endpoint is left the shares
+    are returned as they are. The change is the least share moved: each unit taken from the
+    dearest endpoint above its floor and given to the cheapest open one below its cap saves the
+    most, so the greedy pairing of the two ends moves the fewest requests (floors and caps are
+    kept; where they leave no room the premium stays above the bound, as close to it as they
+    allow). Shares already under the bound are returned as they are.
     """
     n = len(shares)
-    cheapest = min(
-        (p for p, lo, hi in zip(prices, lower, upper, strict=True) if hi > lo), default=0.0
-    )
+    takes = [
+        hi > lo and not (full is not None and full[i])
+        for i, (lo, hi) in enumerate(zip(lower, upper, strict=True))
+    ]
+    cheapest = min((p for p, ok in zip(prices, takes, strict=True) if ok), default=0.0)
     before = price_premium(shares, prices, cheapest)
     if cheapest <= 0.0 or before <= max_premium:
         return shares, before, before
     out = list(shares)
     excess = (before - max_premium) * cheapest  # USD per request to save
     donors = sorted(range(n), key=lambda i: -prices[i])
-    takers = sorted((i for i in range(n) if upper[i] > lower[i]), key=lambda i: prices[i])
+    takers = sorted((i for i in range(n) if takes[i]), key=lambda i: prices[i])
     d = t = 0
     while excess > 0.0 and d < len(donors) and t < len(takers):
         i, j = donors[d], takers[t]

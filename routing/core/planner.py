@@ -335,8 +335,9 @@ def _model_part(
         premium = prefs.max_cost_premium
         if premium is None:
             premium = table.model.max_cost_premium
+        full = _full(table, cand, tokens_in, capacity, scarcity, now)
         order, capped, part.cost_guard = _routing_cost_order(
-            table, cand, costs, prices, premium, rng
+            table, cand, costs, prices, premium, rng, full
         )
         part.capped.extend(table.endpoints[i].id for i in capped)
         # A demoted endpoint goes first only as a probe (its probe share); as a fallback it
@@ -433,6 +434,39 @@ def request_price(table: ModelTable, i: int, tokens_in: float, tokens_out: float
     return per_in * tokens_in + per_out * tokens_out
 
 
+def _full(
+    table: ModelTable,
+    cand: list[int],
+    tokens_in: float,
+    capacity: CapacityView | None,
+    scarcity: ScarcityView | None,
+    now: float,
+) -> list[bool] | None:
+    """Which candidates can take no more traffic, for the cost guard (None: none can be said
+    to). With κ_e the learned cap and r_e the attempt rate (G10), w_e the broker's expected
+    wait for this request (``capacity``) and ρ_e the share of the broker's recent fast tries
+    at e it refused (``scarcity``, a concurrency limit too):
+
+        full_e = (κ_e > 0 and r_e ≥ cap_saturation·κ_e) or w_e > 0 or ρ_e ≥ cap_trigger_rate
+
+    the cap's own "near the cap" and the share of refusals at which 429s cut a cap: no new knob.
+    """
+    p = table.params
+    out: list[bool] | None = None
+    for k, i in enumerate(cand):
+        est = table.estimates[i]
+        full = est.cap_rps > 0.0 and est.attempt_rate >= p.cap_saturation * est.cap_rps
+        if not full and capacity is not None and capacity.free_at:
+            full = capacity.wait(table.endpoints[i].id, now, tokens_in) > 0.0
+        if not full and scarcity is not None and scarcity.active:
+            full = scarcity.refused_share(table.endpoints[i].id, now) >= p.cap_trigger_rate
+        if full:
+            if out is None:
+                out = [False] * len(cand)
+            out[k] = True
+    return out
+
+
 def _routing_cost_order(
     table: ModelTable,
     cand: list[int],
@@ -440,9 +474,19 @@ def _routing_cost_order(
     prices: list[float],
     max_premium: float,
     rng: random.Random,
+    full: list[bool] | None = None,
 ) -> tuple[list[int], list[int], tuple[float, float] | None]:
     """The order drawn from the shares, the endpoints held at their cap bound, and the cost
-    guard's (premium before, after) when it moved share."""
+    guard's (premium before, after) when it moved share.
+
+    Held at the cap: by the band's own shares, before the guard. Share the guard moves to a
+    cheap endpoint is the user's bound, not demand the router's ranking had for it; counted as
+    held back, it made the cap grow (G10: it grows while it holds demand back and 429s are
+    rare) whenever the guard filled the endpoint, which says nothing of what it can serve.
+    (It was not the only growth: on market (b), where the broker's learned concurrency, not a
+    429, refuses gamma's excess, gamma's cap still climbed from 1.5 to 4.6 attempts/s while
+    gamma served 1, by running near it; hence ``_full`` reads the broker too.)
+    """
     if len(cand) == len(table.endpoints):
         mult, lower, upper = table.multiplier, table.lower, table.upper
     else:
@@ -450,13 +494,13 @@ def _routing_cost_order(
         lower = [table.lower[i] for i in cand]
         upper = [table.upper[i] for i in cand]
     shares = fill(band_weights(costs, mult, table.params), lower, upper)
-    shares, before, after = cost_guard(shares, prices, lower, upper, max_premium)
-    guard = (before, after) if after < before else None
     capped = [
         cand[k]
         for k, (x, lo, hi) in enumerate(zip(shares, lower, upper, strict=True))
         if lo < hi < 1.0 and x >= hi * (1.0 - 1e-9)
     ]
+    shares, before, after = cost_guard(shares, prices, lower, upper, max_premium, full)
+    guard = (before, after) if after < before else None
     return [cand[k] for k in weighted_order(shares, rng)], capped, guard
 
 

@@ -131,6 +131,18 @@ class ScarcityView:
         """Some pool was refused (cheap test before pricing candidates)."""
         return bool(self._pools)
 
+    def refused_share(self, endpoint_id: str, now: float) -> float:
+        """ρ_p of ``endpoint_id``'s pool: the share of recent fast tries there the broker
+        refused, whatever bucket refused them (a concurrency limit too); 0 when none was."""
+        pool = self.pool_of.get(endpoint_id)
+        state = self._pools.get(pool) if pool is not None else None
+        if state is None:
+            return 0.0
+        f = 1.0
+        if now > state.at:
+            f = math.exp(-(now - state.at) * math.log(2.0) / HALF_LIFE_S)
+        return state.refused * f / (state.tries * f + PRIOR_TRIES)
+
     def displaced(
         self,
         endpoint_id: str,
@@ -147,10 +159,7 @@ class ScarcityView:
         state = self._pools.get(pool) if pool is not None else None
         if state is None or not state.buckets:
             return 0.0
-        f = 1.0
-        if now > state.at:
-            f = math.exp(-(now - state.at) * math.log(2.0) / HALF_LIFE_S)
-        rho = state.refused * f / (state.tries * f + PRIOR_TRIES)
+        rho = self.refused_share(endpoint_id, now)
         named = sum(k for _, k, _ in state.buckets.values())
         total = 0.0
         for dimension, k, asked in state.buckets.values():

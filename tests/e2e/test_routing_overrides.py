@@ -540,3 +540,37 @@ def test_it_prices_a_streamed_answer_from_the_provider_that_served_it(stack):
     assert {c["provider"] for c in chunks} == {provider}
     usage = chunks[-1]["usage"]
     assert usage["cost"] == pytest.approx(_cost(prices[provider], usage), rel=1e-6, abs=1e-10)
+
+
+# --- the cost guard (issue 17) ----------------------------------------------------------
+
+
+def guard_bound(response: httpx.Response) -> tuple[float, float] | None:
+    """The route header's ``cost_guard=bound(+a%->+b%)`` as (a, b) in percent; None: absent."""
+    value = route(response).get("cost_guard")
+    if value is None:
+        return None
+    assert value.startswith("bound(") and value.endswith("%)"), value
+    before, _, after = value.removeprefix("bound(").removesuffix(")").partition("->")
+    return float(before.removesuffix("%")), float(after.removesuffix("%"))
+
+
+def test_it_says_in_the_route_header_when_the_cost_guard_bound_the_choice(stack):
+    # A short chat-large request's effective prices: alpha's is the lowest (its output is the
+    # cheapest and the answer is mostly output), beta's 1.6 times it and 0.2 s faster, so the
+    # routing cost gives beta a share worth paying for. At provider.max_cost_premium 0 the
+    # guard takes all but beta's and gamma's floors back to alpha, and says so.
+    prices = listed_prices(LARGE, 10)
+    assert best(prices) == "alpha"
+    bound = chat(stack, body(provider={"max_cost_premium": 0}))
+    assert bound.status_code == 200, bound.text
+    before, after = guard_bound(bound)
+    floors = 0.01 * (prices["beta"] / prices["alpha"] - 1) + 0.01 * (
+        prices["gamma"] / prices["alpha"] - 1
+    )
+    assert before > after >= 0.0
+    assert after <= 100 * floors * 1.5  # only the floors stay above the bound (cache aside)
+
+    loose = chat(stack, body(provider={"max_cost_premium": 10}))
+    assert loose.status_code == 200, loose.text
+    assert guard_bound(loose) is None and "cost_guard" not in loose.headers["x-switchyard-route"]

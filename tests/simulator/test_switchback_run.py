@@ -85,11 +85,13 @@ def test_it_runs_a_scaled_down_day_of_the_saturated_market_quickly():
         assert set(HEADLINE) <= set(estimate) and set(HEADLINE) <= set(estimate["ci"])
     assert result["experiment"]["pairs"] == 4
     # Robust at any scale: the new router keeps chat-large off gamma (slow, 3 % errors) and
-    # so meets fewer provider errors. (TTFT, throughput and 429s of this capacity-bound
-    # market need the full week — see bench/results/switchback.md.)
+    # so meets fewer provider errors on chat-large. (TTFT, throughput and 429s of this
+    # capacity-bound market need the full week — see bench/results/switchback.md; so do the
+    # errors of both models together, which the shadow prices raise by serving more
+    # chat-small at gamma: +14.7 % [+3.4, +27.2] over the week.)
     large = "acme/chat-large"
     assert gamma_share(run, large, "routing_cost") < gamma_share(run, large, "price_only")
-    assert result["overall"]["error_change"] < 0
+    assert result["per_model"][large]["error_change"] < 0
     # Under half of the requests are served in either arm: the run says so.
     assert "capacity-bound" in (capacity_warning(result) or "")
 

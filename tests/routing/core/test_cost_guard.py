@@ -149,3 +149,88 @@ def test_it_refuses_a_bound_that_is_not_a_non_negative_number(bad):
 def test_it_takes_a_null_bound_as_the_models():
     assert provider_preferences_parse({"max_cost_premium": None}).max_cost_premium is None
     assert provider_preferences_parse({"max_cost_premium": 0}).max_cost_premium == 0.0
+
+
+# --- the reference: the cheapest eligible endpoint that can take more traffic ---------------
+
+
+def test_it_measures_against_and_moves_share_to_the_cheapest_endpoint_with_room():
+    # The cheapest is full (its learned cap reached, or the broker refusing it): it keeps its
+    # 20 % but takes no more, and the bound is over the cheapest that can take more, mid.
+    prices, shares = [1.0, 1.2, 2.0], [0.2, 0.3, 0.5]
+    out, before, after = cost_guard(shares, prices, FLOOR, OPEN, 0.06, [True, False, False])
+    # By hand: the mix costs $1.56, +30 % over mid's $1.20; at +6 % it may cost $1.272:
+    # $0.288 to save, at $0.80 a unit of share moved from fast to mid: 0.36 of share.
+    assert before == pytest.approx(0.3)
+    assert out == pytest.approx([0.2, 0.66, 0.14])
+    assert after == pytest.approx(0.06)
+    assert price_premium(out, prices, 1.2) == pytest.approx(0.06)
+
+
+def test_a_full_endpoint_still_gives_share_up_but_is_no_yardstick():
+    # The dearest is full: it is no taker, but a donor like any other.
+    prices, shares = [1.0, 1.2, 2.0], [0.2, 0.3, 0.5]
+    assert cost_guard(shares, prices, FLOOR, OPEN, 0.06, [False, False, True])[0] == (
+        pytest.approx([0.74, 0.25, 0.01])
+    )
+
+
+def test_it_binds_nothing_when_every_eligible_endpoint_is_full():
+    prices, shares = [1.0, 1.2, 2.0], [0.2, 0.3, 0.5]
+    out, before, after = cost_guard(shares, prices, FLOOR, OPEN, 0.0, [True, True, True])
+    assert out is shares and before == after
+
+
+def premium_over(choices: dict[str, float], reference: float) -> float:
+    price = {"cheap": 1.0, "mid": 1.2, "fast": 2.0}
+    return sum(share * price[p] for p, share in choices.items()) / reference - 1.0
+
+
+def test_the_planner_takes_an_endpoint_the_broker_keeps_refusing_for_full():
+    r = router()
+    unbound = first_choices(router(max_cost_premium=10.0))
+    # The broker refused the last 5 fast tries at cheap (others waited in its queue; a
+    # concurrency limit is the same): ρ = 5 / (5 + 20 prior tries) = 20 %, over the 10 % at
+    # which 429s cut a learned cap.
+    for _ in range(5):
+        r.scarcity_refused("m@cheap", "provider:cheap", NOW, (), input_tokens=3000,
+                           output_tokens=300)  # fmt: skip
+    assert r.scarcity.refused_share("m@cheap", NOW) == pytest.approx(0.2)
+    bound = first_choices(r)
+    # No share moved to cheap (the band's own, as unbound) and the mix within +6 % of mid's
+    # price, not cheap's.
+    assert bound["cheap"] == pytest.approx(unbound["cheap"], abs=0.025)
+    assert premium_over(bound, 1.2) == pytest.approx(0.06, abs=0.03)
+    plan = r.plan(RoutingRequest("m"), NOW, random.Random(1))
+    assert plan.cost_guard is not None and plan.cost_guard[1] == pytest.approx(0.06)
+
+
+def test_the_planner_takes_an_endpoint_at_its_learned_cap_for_full():
+    r = router()
+    # 2 attempts/s at each endpoint (600 in 300 s); a cap of 2/s: cheap runs at its cap.
+    r.stats["m@cheap"]["cap"], r.stats["m@cheap"]["capt"] = 2.0, NOW
+    plan = r.plan(RoutingRequest("m"), NOW, random.Random(1))
+    assert plan.cost_guard is not None and plan.cost_guard[1] == pytest.approx(0.06)
+    bound = first_choices(r)
+    assert premium_over(bound, 1.2) == pytest.approx(0.06, abs=0.03)
+
+
+def test_the_planner_takes_an_endpoint_the_broker_said_has_no_room_yet_for_full():
+    r = router()
+    r.capacity.full("m@cheap", NOW + 5.0, NOW, 0.0)  # room again in 5 s
+    plan = r.plan(RoutingRequest("m"), NOW, random.Random(1))
+    assert plan.cost_guard is not None and plan.cost_guard[1] == pytest.approx(0.06)
+    assert premium_over(first_choices(r), 1.2) == pytest.approx(0.06, abs=0.03)
+
+
+def test_share_the_guard_moves_to_a_cap_is_not_demand_the_cap_held_back():
+    # cheap's cap, 3 attempts/s of the model's 6, bounds its share at 0.5: the band gives it
+    # less than 0.2, the guard fills it to the bound (it wants 0.74). That is the user's bound
+    # at work, not the router's demand: the cap must not grow on it (G10), or it outgrows what
+    # the endpoint serves (market (b): 1.5 -> 5 attempts/s, gamma serving 1).
+    r = router()
+    r.stats["m@cheap"]["cap"], r.stats["m@cheap"]["capt"] = 3.0, NOW
+    plan = r.plan(RoutingRequest("m"), NOW, random.Random(1))
+    assert plan.cost_guard is not None and plan.capped == ()
+    assert "bcp" not in r.stats["m@cheap"]
+    assert first_choices(r)["cheap"] == pytest.approx(0.5, abs=0.025)
