@@ -125,6 +125,21 @@ def main() -> None:
         ),
     )
     sorted_req = RoutingRequest("acme/chat:nitro")
+    # Issue 17's capacity terms: the broker refused every fast try at p2 for the last minute
+    # (its shadow price and the cost guard's "full" test are live), and p7 is full until later.
+    scarce, _ = build_router()
+    for k in range(200):
+        t = NOW - 60.0 + 0.3 * k
+        scarce.scarcity_refused(
+            endpoints[2].id,
+            "provider:p2",
+            t,
+            [("provider:p2:output_tokens:1m", "output_tokens")],
+            input_tokens=3000,
+            output_tokens=300,
+        )
+        scarce.scarcity_granted(endpoints[5].id, "provider:p5", t)
+    scarce.capacity.full(endpoints[7].id, NOW + 5.0, NOW)
     legacy = Router([ModelConfig("acme/chat", tuple(endpoints))], default_strategy="price_only")
     legacy.stats = router.stats
     state = dict(router.stats[endpoints[0].id])
@@ -156,6 +171,11 @@ def main() -> None:
         (
             "plan, provider object (ignore, max_price, preferred_max_latency)",
             lambda: router.plan(prefs, NOW, rng),
+            args.n,
+        ),
+        (
+            "plan, default strategy, capacity short (shadow price at p2, p7 full)",
+            lambda: scarce.plan(typical, NOW, rng),
             args.n,
         ),
         ("plan, :nitro (throughput sort)", lambda: router.plan(sorted_req, NOW, rng), args.n),
