@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,30 +58,47 @@ def cpu_seconds(admin: redis.Redis) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-async def run(requests: int, buckets: list[BucketSpec]) -> dict[str, float]:
-    server = RedisServer(Path(tempfile.mkdtemp(prefix="sy-script-cost-")))
+@contextlib.asynccontextmanager
+async def private_broker(
+    name: str,
+) -> AsyncIterator[tuple[str, RedisReservationStore, BrokerQueue]]:
+    """A redis-server of its own (killed after), the store bootstrapped in it and its fair
+    queue: (the server's URL, store, queue)."""
+    server = RedisServer(Path(tempfile.mkdtemp(prefix=f"sy-{name}-")))
     server.start()
     try:
         client = redis.asyncio.Redis.from_url(server.url)
         store = RedisReservationStore(client, prefix="sy")
         await store.bootstrap()
-        queue = BrokerQueue(RedisQueueStore(store))
+        try:
+            yield server.url, store, BrokerQueue(RedisQueueStore(store))
+        finally:
+            await client.aclose()
+    finally:
+        server.kill()
 
-        async def one() -> None:
-            grant = await queue.admit(
-                uuid.uuid4().hex, buckets, DEMAND, pool=POOL, flow="1/interactive",
-                weight=8.0, deadline=store.local_now() + 10, max_depth=0, flow_depth=0,
-            )  # fmt: skip
-            assert isinstance(grant, Grant), grant
-            await queue.reconcile(grant, ACTUAL)
 
+async def admit_and_settle(
+    queue: BrokerQueue, store: RedisReservationStore, buckets: list[BucketSpec]
+) -> None:
+    """One proxied request's two script calls: the fair queue's fast path, then the settle."""
+    grant = await queue.admit(
+        uuid.uuid4().hex, buckets, DEMAND, pool=POOL, flow="1/interactive",
+        weight=8.0, deadline=store.local_now() + 10, max_depth=0, flow_depth=0,
+    )  # fmt: skip
+    assert isinstance(grant, Grant), grant
+    await queue.reconcile(grant, ACTUAL)
+
+
+async def run(requests: int, buckets: list[BucketSpec]) -> dict[str, float]:
+    async with private_broker("script-cost") as (url, store, queue):
         for _ in range(50):
-            await one()
-        admin = redis.Redis.from_url(server.url)
+            await admit_and_settle(queue, store, buckets)
+        admin = redis.Redis.from_url(url)
         admin.config_resetstat()
         cpu_before = cpu_seconds(admin)
         for _ in range(requests):
-            await one()
+            await admit_and_settle(queue, store, buckets)
         cpu = cpu_seconds(admin) - cpu_before
         stats = {k.removeprefix("cmdstat_"): v for k, v in admin.info("commandstats").items()}
         sent = admin.info("stats")["total_net_input_bytes"]
@@ -89,7 +108,6 @@ async def run(requests: int, buckets: list[BucketSpec]) -> dict[str, float]:
         calls = sum(stats.get(n, {}).get("calls", 0) for n in ("evalsha", "eval", "fcall"))
         usec = sum(stats.get(n, {}).get("usec", 0) for n in ("evalsha", "eval", "fcall"))
         admin.close()
-        await client.aclose()
         return {
             "µs / request": usec / requests,
             # the server's CPU: unlike commandstats' usec, not counting time it waited for a
@@ -100,8 +118,6 @@ async def run(requests: int, buckets: list[BucketSpec]) -> dict[str, float]:
             "commands / request": sum(s["calls"] for s in stats.values()) / requests,
             "bytes / request": sent / requests,
         }
-    finally:
-        server.kill()
 
 
 def main() -> None:

@@ -13,21 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
-import redis.asyncio
 
 import quotas.store.library as library
-from bench.redis_script_cost import ACTUAL, BUCKETS, DEMAND, POOL
-from quotas.queue import BrokerQueue
-from quotas.store.queue_redis import RedisQueueStore
-from quotas.store.redis import RedisReservationStore
-from tests.stack import RedisServer
+from bench.redis_script_cost import BUCKETS, admit_and_settle, private_broker
 
 # (entry script, the start of the line that opens a section, the section's name)
 SECTIONS = {
@@ -102,33 +95,16 @@ async def run(requests: int) -> dict[str, float]:
     library._read = marked(library._read)  # type: ignore[method-assign]
     code = library.library_code
     library.library_code = lambda: (lambda d, s: (d, s + DUMP))(*code())  # type: ignore[assignment]
-    server = RedisServer(Path(tempfile.mkdtemp(prefix="sy-script-sections-")))
-    server.start()
-    try:
-        client = redis.asyncio.Redis.from_url(server.url)
-        store = RedisReservationStore(client, prefix="sy")
-        await store.bootstrap()
-        queue = BrokerQueue(RedisQueueStore(store))
-        admin = redis.Redis.from_url(server.url)
-
-        async def one() -> None:
-            grant = await queue.admit(
-                uuid.uuid4().hex, BUCKETS, DEMAND, pool=POOL, flow="1/interactive",
-                weight=8.0, deadline=store.local_now() + 10, max_depth=0, flow_depth=0,
-            )  # fmt: skip
-            await queue.reconcile(grant, ACTUAL)  # type: ignore[arg-type]
-
+    async with private_broker("script-sections") as (url, store, queue):
+        admin = redis.Redis.from_url(url)
         for _ in range(50):
-            await one()
+            await admit_and_settle(queue, store, BUCKETS)
         admin.fcall("prof_dump", 0)
         for _ in range(requests):
-            await one()
+            await admit_and_settle(queue, store, BUCKETS)
         raw = admin.fcall("prof_dump", 0)
         admin.close()
-        await client.aclose()
         return {k.decode(): float(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
-    finally:
-        server.kill()
 
 
 def main() -> None:
