@@ -321,8 +321,11 @@ def _model_part(
     inv = table.inv_checked if checked else table.inv_plain
     ci, co, cc = table.coef_in, table.coef_out, table.coef_const
     costs = [(ci[i] * tokens_in + co[i] * tokens_out + cc[i]) * inv[i] for i in cand]
+    waiting: dict[int, float] = {}  # candidate → its wait for capacity, where it has one
     if strategy == "routing_cost" and capacity is not None and capacity.free_at:
-        cand, costs = _capacity(table, cand, costs, request, tokens_in, capacity, now, part)
+        cand, costs = _capacity(
+            table, cand, costs, request, tokens_in, capacity, now, part, waiting
+        )
         if not cand:
             return part
     if strategy == "routing_cost" and scarcity is not None and scarcity.active:
@@ -335,7 +338,7 @@ def _model_part(
         premium = prefs.max_cost_premium
         if premium is None:
             premium = table.model.max_cost_premium
-        full = _full(table, cand, tokens_in, capacity, scarcity, now)
+        full = _full(table, cand, waiting, scarcity, now)
         order, capped, part.cost_guard = _routing_cost_order(
             table, cand, costs, prices, premium, rng, full
         )
@@ -374,13 +377,16 @@ def _capacity(
     capacity: CapacityView,
     now: float,
     part: _ModelPart,
+    waiting: dict[int, float],
 ) -> tuple[list[int], list[float]]:
     """The candidates' routing costs with their expected wait for capacity, without those
-    full past the deadline (all of them: ``part.capacity_refused``), ``routing.core.capacity``."""
+    full past the deadline (all of them: ``part.capacity_refused``), ``routing.core.capacity``;
+    each candidate's wait above 0 goes into ``waiting``."""
     ids = [table.endpoints[i].id for i in cand]
     waits = [capacity.wait(e, now, tokens_in) for e in ids]
     if not any(waits):
         return cand, costs
+    waiting.update((i, w) for i, w in zip(cand, waits, strict=True) if w > 0.0)
     costs = capacity_costs(costs, waits, table.lam)
     deadline_s = request.deadline_s
     if deadline_s is None:
@@ -437,15 +443,14 @@ def request_price(table: ModelTable, i: int, tokens_in: float, tokens_out: float
 def _full(
     table: ModelTable,
     cand: list[int],
-    tokens_in: float,
-    capacity: CapacityView | None,
+    waiting: dict[int, float],
     scarcity: ScarcityView | None,
     now: float,
 ) -> list[bool] | None:
     """Which candidates can take no more traffic, for the cost guard (None: none can be said
     to). With κ_e the learned cap and r_e the attempt rate (G10), w_e the broker's expected
-    wait for this request (``capacity``) and ρ_e the share of the broker's recent fast tries
-    at e it refused (``scarcity``, a concurrency limit too):
+    wait for this request (``waiting``, as ``_capacity`` read it) and ρ_e the share of the
+    broker's recent fast tries at e it refused (``scarcity``, a concurrency limit too):
 
         full_e = (κ_e > 0 and r_e ≥ cap_saturation·κ_e) or w_e > 0 or ρ_e ≥ cap_trigger_rate
 
@@ -456,8 +461,8 @@ def _full(
     for k, i in enumerate(cand):
         est = table.estimates[i]
         full = est.cap_rps > 0.0 and est.attempt_rate >= p.cap_saturation * est.cap_rps
-        if not full and capacity is not None and capacity.free_at:
-            full = capacity.wait(table.endpoints[i].id, now, tokens_in) > 0.0
+        if not full:
+            full = i in waiting
         if not full and scarcity is not None and scarcity.active:
             full = scarcity.refused_share(table.endpoints[i].id, now) >= p.cap_trigger_rate
         if full:
