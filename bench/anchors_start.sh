@@ -9,7 +9,9 @@
 # switchyard.asgi:application with gateway.server:HttpProtocol (uvicorn's httptools protocol,
 # whose own 400s are in the error envelope), uvloop, no access log. No Celery worker (as the
 # harness and bench/gateway_bench.py): ledger records stay queued in Redis.
-# Env: SWITCHYARD_SRC (the project checkout), SWITCHYARD_VENV (default: its .venv).
+# Env: SWITCHYARD_SRC (the project checkout), SWITCHYARD_VENV (default: its .venv),
+# SWITCHYARD_SERVER (uvicorn, the default, or granian: the same application under granian's ASGI
+# interface, uvloop, HTTP/1 only, for bench/cpu_per_request.py --server; issue 19 item 2).
 set -euo pipefail
 [[ $# -eq 5 ]] || { sed -n '2,4p' "$0"; exit 2; }
 CONFIG=$1 PORT=$2 WORKERS=$3 REDIS=$4 WORKDIR=$5
@@ -22,5 +24,13 @@ export DATABASE_URL="sqlite:///$WORKDIR/switchyard.sqlite3" REDIS_URL="$REDIS" R
 cd "$SRC"
 "$VENV/bin/python" manage.py migrate --noinput >/dev/null
 "$VENV/bin/python" manage.py loadconfig "$CONFIG"
-exec "$VENV/bin/python" -m uvicorn switchyard.asgi:application --host 127.0.0.1 --port "$PORT" \
-  --workers "$WORKERS" --loop uvloop --http gateway.server:HttpProtocol --no-access-log
+case "${SWITCHYARD_SERVER:-uvicorn}" in
+  uvicorn)
+    exec "$VENV/bin/python" -m uvicorn switchyard.asgi:application --host 127.0.0.1 --port "$PORT" \
+      --workers "$WORKERS" --loop uvloop --http gateway.server:HttpProtocol --no-access-log ;;
+  granian)
+    exec "$VENV/bin/python" -m granian switchyard.asgi:application --interface asgi \
+      --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" --loop uvloop --http 1 \
+      --no-ws --no-access-log --log-level warning ${GRANIAN_ARGS:-} ;;
+  *) echo "SWITCHYARD_SERVER: uvicorn or granian" >&2; exit 2 ;;
+esac

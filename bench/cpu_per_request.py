@@ -12,7 +12,11 @@ than a rate over a timed window. Everything runs in a loopback-only network name
   same two accounts (``mock-a``, ``mock-b``, model ``gpt-4o-mini``) on the same ports;
 - the gateway: ``bench/anchors_start.sh`` with the harness's ``config-bench.yaml`` (every
   request reserves and settles in the buckets of key, app, team, tenant and provider; nothing
-  binds), uvicorn with 2 workers, no Celery.
+  binds), uvicorn with 2 workers, no Celery; ``--server granian`` (repeatable with
+  ``--server uvicorn``) starts the same application under granian instead (issue 19 item 2:
+  the same checkout under both servers, interleaved); words after ``granian`` are granian's
+  own options (``--server "granian --runtime-mode st"``; ``pip install granian``, which
+  requirements.txt does not hold: the gateway stays on uvicorn, bench/results/gateway_cpu.md).
 
 Cases (16 connections unless told; a warm-up of 64 requests before each; 1 s after each so a
 settle on its way is counted):
@@ -28,11 +32,14 @@ settle on its way is counted):
 
 Per case it also reads the gateway's own Redis (``INFO commandstats`` / ``stats``): commands
 (script-inner included), EVALSHA calls and bytes received per request, and the largest
-worker's peak RSS (``VmHWM``) since it started: the harness's "peak RSS per worker".
+worker's peak RSS (``VmHWM``) since it started: the harness's "peak RSS per worker"; and the
+whole process tree's (the server's main process too) CPU per request and resident set at the
+end, since the two servers split their work between processes differently.
 
     .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
         [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick]
-        [--src CHECKOUT --src OTHER] [--py-spy DIR] [--strace DIR] [--json out.json]
+        [--src CHECKOUT --src OTHER] [--server uvicorn --server granian]
+        [--py-spy DIR] [--strace DIR] [--json out.json]
 
 ``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
 commit), each with a Redis of its own, beside the same upstream, and every case on each in
@@ -137,14 +144,37 @@ def cpu(pid: int) -> float:
 
 
 def workers(gateway: int) -> list[int]:
-    """uvicorn's worker processes: its children that run Python (not the resource tracker);
-    with one worker uvicorn serves in its own process."""
+    """The server's worker processes: its children that run Python (not the resource tracker);
+    with one worker uvicorn serves in its own process (granian forks one still)."""
     found = []
     for pid in children(gateway):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"multiprocessing.spawn" in cmdline or b"uvicorn" in cmdline:
+        # granian forks its workers: their command line is the server's (``-m granian``); a
+        # checkout's path may hold the word too (this branch's worktree is wt-granian)
+        server = b"granian" in cmdline.split(b"\0")
+        if server or b"multiprocessing.spawn" in cmdline or b"uvicorn" in cmdline:
             found.append(pid)
     return found or [gateway]
+
+
+def tree(gateway: int) -> list[int]:
+    """The server's main process and every process under it."""
+    pids, todo = [], [gateway]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children(pid))
+    return pids
+
+
+def tree_rss_mib(pids: list[int]) -> float:
+    """The resident sets of the whole tree now (``VmRSS``), summed, in MiB."""
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return round(total / 1024, 1)
 
 
 def workers_cpu(pids: list[int]) -> float:
@@ -231,6 +261,7 @@ class Processes:
 def measure(
     url: str,
     gateway_workers: list[int],
+    gateway_tree: list[int],
     *,
     case: str,
     requests: int,
@@ -245,6 +276,7 @@ def measure(
     tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
     redis_port = REDIS_PORT + int(url.rsplit(":", 1)[1].split("/")[0]) - GATEWAY_PORT
     redis_before = redis_counts(redis_port)
+    tree_before = workers_cpu(gateway_tree)
     before, started = workers_cpu(gateway_workers), time.monotonic()
     errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
@@ -254,6 +286,7 @@ def measure(
             watcher.wait(timeout=30)
     time.sleep(1.0)  # a settle still on its way
     spent = workers_cpu(gateway_workers) - before
+    tree_spent = workers_cpu(gateway_tree) - tree_before
     redis_after = redis_counts(redis_port)
     return {
         "case": case,
@@ -266,6 +299,8 @@ def measure(
         "cpu_ms_per_req": round(spent * 1000 / requests, 3),
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
         "peak_rss_mib": peak_rss_mib(gateway_workers),  # since the worker started
+        "tree_cpu_ms_per_req": round(tree_spent * 1000 / requests, 3),
+        "tree_rss_mib": tree_rss_mib(gateway_tree),
         # the gateway's own Redis: every command (those a script runs included) and the
         # round trips' bytes, per request; the 1 s after the requests included
         **{
@@ -358,8 +393,10 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
             )  # fmt: skip
         for port in MOCK_PORTS:
             wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=60)
-        gateways: list[tuple[str, str, list[int]]] = []  # (label, URL, worker PIDs)
-        for n, src in enumerate(args.src):
+        gateways: list[tuple[str, str, list[int], list[int]]] = []  # label, URL, workers, tree
+        for n, (src, server) in enumerate(
+            (src, server) for src in args.src for server in args.server
+        ):
             redis_port, port = REDIS_PORT + n, GATEWAY_PORT + n
             procs.spawn(
                 f"redis-{n}",
@@ -370,17 +407,20 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                 [str(ROOT / "bench" / "anchors_start.sh"),
                  str(harness() / "switchyard" / "config-bench.yaml"), str(port), str(args.workers),
                  f"redis://127.0.0.1:{redis_port}/0", str(folder / f"gateway-{n}")],
-                env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv")},
+                env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv"),
+                     "SWITCHYARD_SERVER": server.split()[0],
+                     "GRANIAN_ARGS": " ".join(server.split()[1:])},
             )  # fmt: skip
             wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=120)
             pids = workers(gateway)
             assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
-            gateways.append((source_label(src), f"http://127.0.0.1:{port}{PATH}", pids))
+            label = source_label(src) + ("" if args.server == ["uvicorn"] else f" {server}")
+            gateways.append((label, f"http://127.0.0.1:{port}{PATH}", pids, tree(gateway)))
 
         def each(case: str, requests: int, think: float = 0.0) -> None:
-            for label, url, pids in gateways:
+            for label, url, pids, all_pids in gateways:
                 row = measure(
-                    url, pids, case=case, requests=requests, think=think,
+                    url, pids, all_pids, case=case, requests=requests, think=think,
                     connections=args.connections, stream=args.stream,
                 )  # fmt: skip
                 rows.append({"src": label, **row})
@@ -396,7 +436,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                 each("mock500", args.slow_requests)
                 set_ttft(0)
                 each("mock0_paced", args.slow_requests, think=0.5)
-                for label, _, pids in gateways:
+                for label, _, pids, _ in gateways:
                     rows.append({"src": label, **idle(pids, args.idle_seconds)})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             elif args.scale == 0:
@@ -444,8 +484,8 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
         "| Redis commands / req | EVALSHA / req | bytes to Redis / req | peak RSS per worker MiB "
-        "| loadavg |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
+        "| whole tree: CPU ms / req, RSS MiB | loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -456,7 +496,7 @@ def table(rows: list[dict]) -> str:
             lines.append(
                 f"| idle (CPU ms / s, all workers) | {src} | | | | "
                 f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} "
-                "| | | | | |"
+                "| | | | | | |"
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
@@ -469,6 +509,8 @@ def table(rows: list[dict]) -> str:
             f"{mean(group, 'redis_evalsha_per_req'):.2f} | "
             f"{mean(group, 'redis_bytes_in_per_req'):,.0f} | "
             f"{max(r.get('peak_rss_mib', 0) for r in group):.1f} | "
+            f"{mean(group, 'tree_cpu_ms_per_req'):.3f}, "
+            f"{max(r.get('tree_rss_mib', 0) for r in group):.1f} | "
             f"{' / '.join(r['loadavg'] for r in group)} |"
         )
     return "\n".join(lines)
@@ -493,11 +535,22 @@ def main() -> None:
         help="a checkout whose gateway runs (default: this one); give several to compare them "
         "side by side under the same load",
     )
+    parser.add_argument(
+        "--server",
+        action="append",
+        help="the HTTP server each checkout's gateway runs under: uvicorn (the default) or "
+        "granian, with granian's options after it; give several to compare them side by side "
+        "(bench/anchors_start.sh's SWITCHYARD_SERVER and GRANIAN_ARGS)",
+    )
     parser.add_argument("--quick", action="store_true", help="mock: only the mock0 case")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.src = args.src or [ROOT]
+    args.server = args.server or ["uvicorn"]
+    for server in args.server:
+        if server.split() != ["uvicorn"] and server.split()[:1] != ["granian"]:
+            parser.error(f"--server {server!r}: uvicorn, or granian and its options")
     if args.inside:
         global PROFILE_DIR, STRACE_DIR
         PROFILE_DIR, STRACE_DIR = args.py_spy, args.strace
