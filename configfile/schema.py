@@ -129,7 +129,7 @@ class ModelSpec:
     aliases: list[str]
     default_output_tokens: int
     default_input_tokens: int | None
-    max_cost_premium: Decimal
+    max_cost_premium: Decimal | None
     routing: dict[str, float]
     allow_fallbacks: bool
     fallback_model: str
@@ -285,8 +285,9 @@ def parse_model(s: Section) -> ModelSpec:
         aliases=s.field("aliases", list_of(model_slug), []),
         default_output_tokens=s.field("default_output_tokens", positive_int, 400),
         default_input_tokens=s.field("default_input_tokens", positive_int, None),
-        # The cost guard's bound (issue 17): a fraction like a price, kept exact.
-        max_cost_premium=s.field("max_cost_premium", price, Decimal("0.06")),
+        # The cost guard's bound (issue 17): a fraction like a price, kept exact; none stated,
+        # the default guards (routing/core/catalogue.py DEFAULT_MAX_COST_PREMIUM).
+        max_cost_premium=s.field("max_cost_premium", price, None),
         routing=s.field("routing", routing_overrides, {}),
         allow_fallbacks=s.field("allow_fallbacks", boolean, True),
         fallback_model=s.field("fallback_model", model_slug, ""),

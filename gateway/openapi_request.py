@@ -172,7 +172,9 @@ PROVIDER_PREFERENCES: Schema = {
             "description": (
                 "Cost guard (not OpenRouter's): the expected price of the router's traffic mix "
                 "at most this fraction above the cheapest eligible endpoint's that can take "
-                "more traffic (0.06 = +6 %); null: the model's bound."
+                "more traffic (0.06 = +6 %); null: the model's bound, or with none stated the "
+                "default guards (+6 % or price-only routing's price if more, and no slower "
+                "than price-only routing)."
             ),
         },
     },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from routing.core.catalogue import EndpointConfig, ModelConfig
 from routing.core.contracts import contract_parse
@@ -167,7 +168,7 @@ def catalogue_build() -> Catalogue:
                 params=routing_parameters(m.routing_parameters),
                 default_output_tokens=float(m.default_output_tokens),
                 default_input_tokens=m.default_input_tokens,
-                max_cost_premium=float(m.max_cost_premium),
+                max_cost_premium=_fraction(m.max_cost_premium),
                 contract=contract_parse(m.fallback_contract or None),
             ),
         )
@@ -200,3 +201,7 @@ def _endpoint_config(entry: EndpointEntry, flagged: bool) -> EndpointConfig:
         flagged=flagged,
         region=entry.region,
     )
+
+
+def _fraction(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)

@@ -179,11 +179,14 @@ class Model(ConfigRules, models.Model):
     max_cost_premium = models.DecimalField(
         max_digits=6,
         decimal_places=4,
-        default=Decimal("0.06"),
+        null=True,
+        blank=True,
+        default=None,
         help_text=(
             "Cost guard: the traffic mix's expected price at most this fraction above the "
             "cheapest eligible endpoint's (0.06 = +6 %); a request's provider.max_cost_premium "
-            "replaces it."
+            "replaces it. Empty: the default, +6 % or what price-only routing would pay if "
+            "that is more, and no slower than price-only routing."
         ),
     )
     # F5: what a fallback attempt may differ in from the first choice (routing/core/contracts.py).

@@ -8,6 +8,8 @@ from routing.core.contracts import OPEN, FallbackContract
 from routing.core.parameters import RoutingParameters
 
 PER_MILLION = 1e-6
+# The cost guard's bound where neither the model nor the request states one (issue 17).
+DEFAULT_MAX_COST_PREMIUM = 0.06
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class ModelConfig:
     default_input_tokens: float | None = None  # None: params.default_input_tokens
     # The cost guard (issue 17): the traffic mix's expected price at most this much above the
     # cheapest eligible endpoint's (0.06 = +6 %); a request's provider.max_cost_premium wins.
-    max_cost_premium: float = 0.06
+    # None: the default guards (DEFAULT_MAX_COST_PREMIUM, and no worse than price-only).
+    max_cost_premium: float | None = None
     # F5: what a fallback attempt may differ in from the first choice (the default: anything).
     contract: FallbackContract = OPEN

@@ -15,6 +15,12 @@ user's own bound on what speed may cost. An endpoint that is full (its learned c
 the broker saying it has no room: ``planner._full``) is neither a place to move share to nor
 the price to measure against: a bound over a price no mix can reach only sends requests to be
 refused there and served elsewhere after the refusal (bench/markets/results.md, market (b)).
+
+With no bound stated (the model's and the request's ``max_cost_premium`` both unset), the
+default guards hold the mix to "no worse than price-only routing" on both counts: the speed
+guard first (expected wait ≤ price-only's mix's), then the cost guard with price-only's price
+as a second bound (Σ x_e·p_e ≤ max((1 + 0.06)·p*, price-only's)). Price-only's own mix meets
+both, so both can hold.
 """
 
 from __future__ import annotations
@@ -216,43 +222,108 @@ def cost_guard(
     upper: list[float],
     max_premium: float,
     full: Sequence[bool] | None = None,
+    baseline: float = 0.0,
 ) -> tuple[list[float], float, float]:
-    """The cost guard (issue 17): shares whose expected price is ≤ (1 + max_premium) × the
-    cheapest eligible endpoint's that can take more traffic, and the premium before and after:
+    """The cost guard (issue 17): shares whose expected price is at most (1 + max_premium) ×
+    the cheapest eligible endpoint's that can take more traffic, or what the price-only router
+    would pay for the same request if that is more, and the premium before and after (over p*):
 
         open_e = lower_e < upper_e and not full_e
         p*     = min { p_e : open_e }
-        Σ x_e·p_e ≤ (1 + max_premium)·p*        x_e moved only toward endpoints with open_e
+        Σ x_e·p_e ≤ max((1 + max_premium)·p*, baseline)     x_e moved only toward open_e
 
     ``prices`` are effective prices per good answer (G3 price × attempts per good answer, G7/G8).
+    ``baseline``: Σ s_e·p_e with s the price-only router's shares (``legacy``), at the same
+    prices. Where price-only pays more than the premium allows (a market whose listed prices
+    send it to a dear, fast endpoint), holding the router to p* would make it slower than the
+    router it replaces for a saving nobody asked for; the bound is then price-only's own price,
+    so switching the router on never costs more than either (bench/markets/results.md, (f)).
     Eligible: an endpoint that may take more than its floor (not behind a breaker or flag).
     ``full``: endpoints that can take no more traffic (``planner._full``: the learned cap
     reached, the broker's view of the endpoint); none given, none is. Such an endpoint keeps its
     share (it may give some up) but takes none, and its price is not p*: a cheap endpoint with
     no room would make the bound one no mix reaches. When no open endpoint is left the shares
-    are returned as they are. The change is the least share moved: each unit taken from the
-    dearest endpoint above its floor and given to the cheapest open one below its cap saves the
-    most, so the greedy pairing of the two ends moves the fewest requests (floors and caps are
-    kept; where they leave no room the premium stays above the bound, as close to it as they
-    allow). Shares already under the bound are returned as they are.
+    are returned as they are. The change is the least share moved (``_shift``; floors and caps
+    are kept; where they leave no room the premium stays above the bound, as close to it as
+    they allow). Shares already under the bound are returned as they are.
     """
-    n = len(shares)
-    takes = [
+    takes = _takes(lower, upper, full)
+    cheapest = min((p for p, ok in zip(prices, takes, strict=True) if ok), default=0.0)
+    before = price_premium(shares, prices, cheapest)
+    if cheapest <= 0.0:
+        return shares, before, before
+    allowed = max(max_premium, baseline / cheapest - 1.0)
+    if before <= allowed:
+        return shares, before, before
+    out = list(shares)
+    _shift(out, prices, lower, upper, takes, (before - allowed) * cheapest)
+    return out, before, price_premium(out, prices, cheapest)
+
+
+def speed_guard(
+    shares: list[float],
+    waits: list[float],
+    lower: list[float],
+    upper: list[float],
+    baseline: float,
+    full: Sequence[bool] | None = None,
+) -> tuple[list[float], bool]:
+    """Shares whose expected wait is no longer than the price-only router's, and whether any
+    moved (issue 17):
+
+        Σ x_e·w_e ≤ baseline = Σ s_e·w_e     s: price-only's shares; x_e moved only toward open_e
+
+    ``waits``: the seconds the routing cost prices for an attempt, w_e = (1 + ttft_weight)·ttft_e
+    + O/tps_e (G4, G5). λ says what a second is worth to the router; where the listed prices
+    make the old router buy more speed than λ would (it ranks by the listed input price alone),
+    the router still answers no slower than it: it moves the least share from the slowest
+    endpoints to the fastest open ones. The cost guard runs after and bounds what that costs
+    (``cost_guard``'s baseline is price-only's price, so the two can both hold: price-only's
+    own mix meets both).
+    """
+    before = mix_mean(shares, waits)
+    if baseline <= 0.0 or before <= baseline * (1.0 + 1e-9):
+        return shares, False
+    out = list(shares)
+    _shift(out, waits, lower, upper, _takes(lower, upper, full), before - baseline)
+    return out, mix_mean(out, waits) < before
+
+
+def _takes(lower: list[float], upper: list[float], full: Sequence[bool] | None) -> list[bool]:
+    """Which endpoints may take more share: room under the cap and not full."""
+    return [
         hi > lo and not (full is not None and full[i])
         for i, (lo, hi) in enumerate(zip(lower, upper, strict=True))
     ]
-    cheapest = min((p for p, ok in zip(prices, takes, strict=True) if ok), default=0.0)
-    before = price_premium(shares, prices, cheapest)
-    if cheapest <= 0.0 or before <= max_premium:
-        return shares, before, before
-    out = list(shares)
-    excess = (before - max_premium) * cheapest  # USD per request to save
-    donors = sorted(range(n), key=lambda i: -prices[i])
-    takers = sorted((i for i in range(n) if takes[i]), key=lambda i: prices[i])
+
+
+def mix_mean(shares: list[float], values: list[float]) -> float:
+    """Σ x_e·v_e: the traffic mix's expected value (price, wait)."""
+    total = 0.0
+    for x, v in zip(shares, values, strict=True):
+        total += x * v
+    return total
+
+
+def _shift(
+    out: list[float],
+    values: list[float],
+    lower: list[float],
+    upper: list[float],
+    takes: list[bool],
+    excess: float,
+) -> None:
+    """Lower Σ x_e·v_e by ``excess`` moving the least share, in place: each unit taken from the
+    highest-valued endpoint above its floor and given to the lowest-valued one that takes
+    (below its cap) lowers the sum the most, so the greedy pairing of the two ends moves the
+    fewest requests."""
+    n = len(out)
+    donors = sorted(range(n), key=lambda i: -values[i])
+    takers = sorted((i for i in range(n) if takes[i]), key=lambda i: values[i])
     d = t = 0
     while excess > 0.0 and d < len(donors) and t < len(takers):
         i, j = donors[d], takers[t]
-        gap = prices[i] - prices[j]
+        gap = values[i] - values[j]
         if gap <= 0.0:
             break
         room_i, room_j = out[i] - lower[i], upper[j] - out[j]
@@ -273,4 +344,3 @@ def cost_guard(
             out[i], out[j] = out[i] - room_j, upper[j]
             excess -= room_j * gap
             t += 1
-    return out, before, price_premium(out, prices, cheapest)

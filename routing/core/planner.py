@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from routing.core.capacity import CapacityView, capacity_costs, capacity_refusal
-from routing.core.catalogue import EndpointConfig
+from routing.core.catalogue import DEFAULT_MAX_COST_PREMIUM, EndpointConfig
 from routing.core.contracts import FallbackContract, contract_breach, contract_narrow
 from routing.core.cost import wait_seconds
 from routing.core.eligibility import candidates
-from routing.core.guards import cost_guard, fill
-from routing.core.legacy import price_only_order
+from routing.core.guards import cost_guard, fill, mix_mean, speed_guard
+from routing.core.legacy import price_only_order, price_only_shares
 from routing.core.overrides import (
     ProviderPreferences,
     model_suffix_split,
@@ -84,6 +84,8 @@ class Plan:
     capped: tuple[str, ...] = ()
     # The cost guard moved share toward the cheapest endpoint: (premium before, after).
     cost_guard: tuple[float, float] | None = None
+    # The speed guard moved share toward faster endpoints (no slower than price-only's mix).
+    speed_guard: bool = False
     # F5: fallbacks the route's contract stopped, (endpoint id, clause); also in ``refused``.
     contract_refused: tuple[tuple[str, str], ...] = ()
     # F5: the route's contract and the first attempt's effective price and expected seconds
@@ -190,6 +192,7 @@ def plan_build(
         output_tokens=first.output_tokens if first else 0.0,
         capped=tuple(capped),
         cost_guard=first.cost_guard if first else None,
+        speed_guard=first.speed_guard if first else False,
         capacity_refused=full if not attempts else None,
     )
 
@@ -260,7 +263,9 @@ class _ModelPart:
         "input_tokens",
         "order",
         "output_tokens",
+        "plain_sticky",
         "refused",
+        "speed_guard",
         "sticky",
         "sticky_reason",
     )
@@ -272,6 +277,8 @@ class _ModelPart:
         self.demoted: list[tuple[str, str]] = []
         self.capped: list[str] = []
         self.cost_guard: tuple[float, float] | None = None
+        self.speed_guard = False
+        self.plain_sticky = False  # G12's plain rule: stay while warm (the default guards)
         self.capacity_refused: tuple[str, float] | None = None
         self.sticky = False
         self.sticky_reason = ""
@@ -338,9 +345,21 @@ def _model_part(
         premium = prefs.max_cost_premium
         if premium is None:
             premium = table.model.max_cost_premium
+        # A stated bound is the user's own trade of money for speed, kept as stated; with none,
+        # the default also keeps the router no slower than price-only (guards.speed_guard).
+        stated = premium is not None
+        if premium is None:
+            premium = DEFAULT_MAX_COST_PREMIUM
         full = _full(table, cand, waiting, scarcity, now)
-        order, capped, part.cost_guard = _routing_cost_order(
-            table, cand, costs, prices, premium, rng, full
+        baseline = None if stated else _price_only_baseline(table, cand, tokens_out)
+        # Under the default guards a conversation also sticks as under price-only (G12's plain
+        # rule, while warm): the cost-gap move let conversations leave every endpoint dearer
+        # than the best and join none, so the mix served drifted from the guarded shares
+        # toward the cheapest (market (f): 533 of 10,283 follow-ups left beta in half a day,
+        # none left alpha; beta served 17 % where the shares gave it 20 %).
+        part.plain_sticky = not stated
+        order, capped = _routing_cost_order(
+            table, cand, costs, prices, premium, rng, part, full, baseline
         )
         part.capped.extend(table.endpoints[i].id for i in capped)
         # A demoted endpoint goes first only as a probe (its probe share); as a fallback it
@@ -440,6 +459,21 @@ def request_price(table: ModelTable, i: int, tokens_in: float, tokens_out: float
     return per_in * tokens_in + per_out * tokens_out
 
 
+def _price_only_baseline(
+    table: ModelTable, cand: list[int], tokens_out: float
+) -> tuple[list[float], list[float], list[float]]:
+    """The default guards' baseline: the price-only router's shares over the candidates
+    (``legacy``), each candidate's TTFT, and its wait as the routing cost prices it (G4, G5):
+    w_e = (1 + ttft_weight)·ttft_e + O/tps_e seconds."""
+    shares = price_only_shares(
+        [table.endpoints[i].price_input for i in cand], [table.legacy_outage[i] for i in cand]
+    )
+    est, weight = table.estimates, 1.0 + table.params.ttft_weight
+    ttfts = [est[i].ttft_s for i in cand]
+    waits = [weight * est[i].ttft_s + tokens_out / est[i].tokens_per_s for i in cand]
+    return shares, ttfts, waits
+
+
 def _full(
     table: ModelTable,
     cand: list[int],
@@ -479,10 +513,13 @@ def _routing_cost_order(
     prices: list[float],
     max_premium: float,
     rng: random.Random,
+    part: _ModelPart,
     full: list[bool] | None = None,
-) -> tuple[list[int], list[int], tuple[float, float] | None]:
-    """The order drawn from the shares, the endpoints held at their cap bound, and the cost
-    guard's (premium before, after) when it moved share.
+    baseline: tuple[list[float], list[float], list[float]] | None = None,
+) -> tuple[list[int], list[int]]:
+    """The order drawn from the shares and the endpoints held at their cap bound; on ``part``
+    the cost guard's (premium before, after) when it moved share, whether the speed guard did,
+    and the expected routing cost of a request drawn from the shares (``_stick``'s yardstick).
 
     Held at the cap: by the band's own shares, before the guard. Share the guard moves to a
     cheap endpoint is the user's bound, not demand the router's ranking had for it; counted as
@@ -504,9 +541,18 @@ def _routing_cost_order(
         for k, (x, lo, hi) in enumerate(zip(shares, lower, upper, strict=True))
         if lo < hi < 1.0 and x >= hi * (1.0 - 1e-9)
     ]
-    shares, before, after = cost_guard(shares, prices, lower, upper, max_premium, full)
-    guard = (before, after) if after < before else None
-    return [cand[k] for k in weighted_order(shares, rng)], capped, guard
+    sped, base_price = False, 0.0
+    if baseline is not None:
+        # No slower than price-only's mix in time to first token, then in the whole wait.
+        x, ttfts, waits = baseline
+        shares, sped = speed_guard(shares, ttfts, lower, upper, mix_mean(x, ttfts), full)
+        shares, sped_wait = speed_guard(shares, waits, lower, upper, mix_mean(x, waits), full)
+        sped = sped or sped_wait
+        base_price = mix_mean(x, prices)
+    shares, before, after = cost_guard(shares, prices, lower, upper, max_premium, full, base_price)
+    part.cost_guard = (before, after) if after < before else None
+    part.speed_guard = sped
+    return [cand[k] for k in weighted_order(shares, rng)], capped
 
 
 def _sort_key(
@@ -589,7 +635,7 @@ def _stick(
         best_cost=min(healthy) if healthy else part.costs[i],
         hit_probability=table.params.sticky_hit_probability,
         rng=rng,
-        compare_cost=not legacy,
+        compare_cost=not (legacy or part.plain_sticky),
     )
     part.sticky, part.sticky_reason = stay, reason
     if not stay:
@@ -699,6 +745,8 @@ def plan_explanation(plan: Plan) -> str:
     if plan.cost_guard is not None:
         before, after = plan.cost_guard
         parts.append(f"cost_guard=bound({before:+.1%}->{after:+.1%})")  # headers are ASCII
+    if plan.speed_guard:
+        parts.append("speed_guard=price_only")
     if plan.capacity_refused is not None:
         who, wait = plan.capacity_refused
         parts.append(f"capacity_wait={who}:{wait:.3g}s")

@@ -148,7 +148,9 @@ def market_build(
                 endpoints=tuple(endpoints),
                 params=_model_parameters(parameters, model.routing),
                 default_output_tokens=float(model.default_output_tokens),
-                max_cost_premium=float(model.max_cost_premium),
+                max_cost_premium=(
+                    None if model.max_cost_premium is None else float(model.max_cost_premium)
+                ),
             )
         )
         widest = max(e.context_window for e in endpoints)

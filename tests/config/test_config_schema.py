@@ -69,14 +69,14 @@ def test_it_reads_routing_overrides_and_quality_flags() -> None:
     assert [e.quality_flagged for e in model.endpoints] == [False, False, True]
 
 
-def test_it_reads_the_cost_guards_bound_exactly_and_defaults_it_to_six_percent() -> None:
+def test_it_reads_the_cost_guards_bound_exactly_and_leaves_an_unstated_one_to_the_default() -> None:
     data = reference()
     data["models"][0]["max_cost_premium"] = 0.1
 
     models = config_parse(data).models
 
     assert models[0].max_cost_premium == Decimal("0.1")
-    assert models[1].max_cost_premium == Decimal("0.06")
+    assert models[1].max_cost_premium is None  # the default guards (routing/core/guards.py)
 
 
 def test_it_refuses_a_negative_cost_guard_bound_by_its_path() -> None:

@@ -174,6 +174,13 @@ def test_it_saves_a_good_model(staff: Client) -> None:
     assert saved.max_cost_premium == Decimal("0.06")
 
 
+def test_an_empty_cost_guard_bound_is_the_default_guards(staff: Client) -> None:
+    answer = staff.post(url(Model, "add"), {**MODEL, "max_cost_premium": ""})
+
+    assert answer.status_code == 302
+    assert Model.objects.get(slug="test/new-model").max_cost_premium is None
+
+
 def test_an_emptied_fallback_contract_is_no_contract(staff: Client) -> None:
     answer = staff.post(url(Model, "add"), {**MODEL, "fallback_contract": ""})
 

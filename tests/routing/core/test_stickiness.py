@@ -57,13 +57,17 @@ def test_it_moves_when_the_pinned_endpoint_becomes_unavailable():
     assert not ignored.sticky and ignored.sticky_reason == "unavailable"
 
 
-def test_it_leaves_when_the_cost_gap_exceeds_the_expected_cache_saving():
+def test_under_a_stated_bound_it_leaves_when_the_cost_gap_exceeds_the_expected_cache_saving():
     router = make_router()
-    small = sticky_plan(router, DEAR, prefix=1000.0)
+    stated = provider_preferences_parse({"max_cost_premium": 0.06})
+    small = sticky_plan(router, DEAR, prefix=1000.0, provider=stated)
     assert not small.sticky and small.sticky_reason == "cost_gap"
     # A long warm prefix on the dear endpoint saves more than the gap: stay.
-    large = sticky_plan(router, DEAR, prefix=2_000_000.0)
+    large = sticky_plan(router, DEAR, prefix=2_000_000.0, provider=stated)
     assert large.sticky and large.attempts[0] is DEAR
+    # Under the default guards it stays while warm, as under price-only (G12's plain rule).
+    plain = sticky_plan(router, DEAR, prefix=1000.0)
+    assert plain.sticky and plain.sticky_reason == "warm"
 
 
 def test_it_computes_the_saving_from_the_cached_discount_and_hit_probability():
