@@ -465,13 +465,14 @@ def _price_only_baseline(
     """The default guards' baseline: the price-only router's shares over the candidates
     (``legacy``), each candidate's TTFT, and its wait as the routing cost prices it (G4, G5):
     w_e = (1 + ttft_weight)·ttft_e + O/tps_e seconds."""
+    wc, wp = table.wait_const, table.wait_per_token
+    if len(cand) == len(table.endpoints):  # the common case: the table's own lists
+        waits = [c + tokens_out * w for c, w in zip(wc, wp, strict=True)]
+        return table.legacy_shares, table.ttft, waits
     shares = price_only_shares(
         [table.endpoints[i].price_input for i in cand], [table.legacy_outage[i] for i in cand]
     )
-    est, weight = table.estimates, 1.0 + table.params.ttft_weight
-    ttfts = [est[i].ttft_s for i in cand]
-    waits = [weight * est[i].ttft_s + tokens_out / est[i].tokens_per_s for i in cand]
-    return shares, ttfts, waits
+    return shares, [table.ttft[i] for i in cand], [wc[i] + tokens_out * wp[i] for i in cand]
 
 
 def _full(

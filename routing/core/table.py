@@ -20,6 +20,7 @@ from routing.core.guards import (
     half_open_share,
     quality_flagged,
 )
+from routing.core.legacy import price_only_shares
 from routing.core.parameters import RoutingParameters
 from routing.core.stats import (
     EndpointEstimate,
@@ -54,6 +55,7 @@ class ModelTable:
         "inv_plain",
         "lam",
         "legacy_outage",
+        "legacy_shares",
         "lower",
         "min_context",
         "min_max_output",
@@ -63,7 +65,10 @@ class ModelTable:
         "plain",
         "price_out",
         "refused",
+        "ttft",
         "upper",
+        "wait_const",
+        "wait_per_token",
     )
 
     def __init__(self, model: ModelConfig, built_at: float) -> None:
@@ -102,6 +107,13 @@ class ModelTable:
         self.lower: list[float] = []  # floor or probe share
         self.upper: list[float] = []  # cap bound
         self.legacy_outage: list[bool] = []  # for the price-only router
+        # The default guards' baseline (guards.speed_guard): price-only's shares over every
+        # endpoint, and the wait the routing cost prices, w_e = wait_const_e + O·wait_per_token_e
+        # with wait_const_e = (1 + ttft_weight)·ttft_e (G4, G5).
+        self.legacy_shares: list[float] = []
+        self.ttft: list[float] = []
+        self.wait_const: list[float] = []
+        self.wait_per_token: list[float] = []
         # The table for requests whose output is not checked (no tools, no response_format):
         # the quality flag (malformed tool calls, G8) says nothing about their answers, so it
         # does not demote there. ``self`` when no endpoint is flagged for quality alone.
@@ -121,6 +133,8 @@ class ModelTable:
         other.inv_plain, other.inv_checked = self.inv_plain, self.inv_checked
         other.breaker_closed_at, other.legacy_outage = self.breaker_closed_at, self.legacy_outage
         other.breaker_trips = self.breaker_trips
+        other.legacy_shares, other.ttft = self.legacy_shares, self.ttft
+        other.wait_const, other.wait_per_token = self.wait_const, self.wait_per_token
         return other
 
     def price_per_token(self, i: int) -> tuple[float, float]:
@@ -275,4 +289,8 @@ def table_build(
             and failed / n >= p.legacy_outage_rate
         )
         table.legacy_outage.append(outage)
+        table.ttft.append(est.ttft_s)
+        table.wait_const.append((1.0 + p.ttft_weight) * est.ttft_s)
+        table.wait_per_token.append(1.0 / est.tokens_per_s)
+    table.legacy_shares.extend(price_only_shares([e.price_input for e in eps], table.legacy_outage))
     return table
