@@ -246,8 +246,11 @@ class LedgerBuffer:
             await self._born_seen(carry.born)
         except Exception:
             faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
+        # Kept as the settle appended it, but for its trailer's number spelling (repr here,
+        # %.17g there: the same floats).
+        settlement = orjson.dumps({k: reservation[k] for k in ("outcome", "settled")})
         size = len(carry.settled).to_bytes(4, "big")
-        appended = [CARRIED + size + carry.settled + carry.trailer, *carry.records]
+        appended = [CARRIED + size + carry.settled + settlement, *carry.records]
         self.appended.append((time.monotonic(), appended))
         if self._flusher is None or self._flusher.done():
             # Look for a lost Redis while the kept records are not yet stored (_flush_soon).

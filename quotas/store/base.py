@@ -30,8 +30,8 @@ class LedgerCarry:
     record, or b'') gets the settle's outcome and settlements as a JSON trailer (queue_settle.lua)
     and is appended to the list ``key`` with ``records`` after it; ``writes`` (key, value, ms)
     are set; the birth mark at ``born_key`` is read, set to ``mark`` if missing, as an append
-    does. A store that carried it fills in ``trailer`` and ``born``; one that cannot (the
-    in-memory twin, a settle outside a pool) leaves ``born`` None, and the caller appends."""
+    does. A store that carried it fills in ``born``; one that cannot (the in-memory twin, a
+    settle outside a pool) leaves it None, and the caller appends."""
 
     key: str
     born_key: str
@@ -39,7 +39,6 @@ class LedgerCarry:
     settled: bytes
     records: list[bytes] = field(default_factory=list)
     writes: list[tuple[str, bytes, int]] = field(default_factory=list)
-    trailer: bytes = b""
     born: bytes | None = None
 
 

@@ -216,7 +216,7 @@ class RedisQueueStore:
             "queue_settle", keys, args, SPEC_ARG["settle"], skey, definition
         )
         if carry is not None:
-            carry.trailer, carry.born = bytes(reply[2]), bytes(reply[3])
+            carry.born = bytes(reply[2])
         return self.store.settle_result(grant, reply[0], now), self._pumped(reply[1])
 
     def _alive_until(self, now: float | None) -> str:

@@ -16,6 +16,7 @@ from common import redis as sy_redis
 from gateway import ledger
 from gateway.ledger import CARRIED, LedgerBuffer, ledger_flush, record_decode
 from gateway.models import Generation
+from gateway.records import reservation_settled
 from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Rule, Usage
 from quotas.core.queuebook import QueueBook
 from quotas.models import Reservation
@@ -80,7 +81,7 @@ def test_an_answers_records_ride_in_its_settle_and_are_stored_with_its_settlemen
             buffer.write(pin, b"endpoint-7", 60_000)  # a conversation's pin, waiting
             carry = buffer.carry(_reservation("carry:1"), [_generation("gen-carry")])
             result = await queue.reconcile(grant, ACTUAL, pool=POOL, carry=carry)
-            await buffer.carried(carry, {})
+            await buffer.carried(carry, _reservation("carry:1") | reservation_settled(result))
             await buffer.committed()  # nothing of this answer is left to append
             queued = await client.lrange(sy_redis.key("ledger"), 0, -1)
             await queue.close()
@@ -101,6 +102,9 @@ def test_an_answers_records_ride_in_its_settle_and_are_stored_with_its_settlemen
         s.bucket: {"released": s.released, "charged": s.charged} for s in result.settlements
     }
     assert reservation["settled"]["carry:out"] == {"released": 150.0, "charged": 0.0}
+    # what this process keeps in case Redis loses it before the flush: the same records
+    [(_, kept)] = buffer.appended
+    assert [record_decode(item) for item in kept] == [record_decode(item) for item in queued]
     assert ledger_flush() == 2
     row = Reservation.objects.get(id="carry:1")
     assert row.outcome == "reconciled" and row.settled["carry:out"]["released"] == 150.0
