@@ -18,9 +18,9 @@ refused there and served elsewhere after the refusal (bench/markets/results.md, 
 
 With no bound stated (the model's and the request's ``max_cost_premium`` both unset), the
 default guards hold the mix to "no worse than price-only routing" on both counts: the speed
-guard first (expected wait ≤ price-only's mix's), then the cost guard with price-only's price
-as a second bound (Σ x_e·p_e ≤ max((1 + 0.06)·p*, price-only's)). Price-only's own mix meets
-both, so both can hold.
+guard first (expected TTFT, then expected wait, ≤ price-only's mix's), then the cost guard with
+price-only's price as a second bound (Σ x_e·p_e ≤ max((1 + 0.06)·p*, price-only's)).
+Price-only's own mix meets both, so both can hold.
 """
 
 from __future__ import annotations

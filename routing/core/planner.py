@@ -355,8 +355,8 @@ def _model_part(
         # Under the default guards a conversation also sticks as under price-only (G12's plain
         # rule, while warm): the cost-gap move let conversations leave every endpoint dearer
         # than the best and join none, so the mix served drifted from the guarded shares
-        # toward the cheapest (market (f): 533 of 10,283 follow-ups left beta in half a day,
-        # none left alpha; beta served 17 % where the shares gave it 20 %).
+        # toward the cheapest (market (f): the shares gave beta 20 % of first picks, and it
+        # served 10 % of the answers).
         part.plain_sticky = not stated
         order, capped = _routing_cost_order(
             table, cand, costs, prices, premium, rng, part, full, baseline
@@ -519,8 +519,8 @@ def _routing_cost_order(
     baseline: tuple[list[float], list[float], list[float]] | None = None,
 ) -> tuple[list[int], list[int]]:
     """The order drawn from the shares and the endpoints held at their cap bound; on ``part``
-    the cost guard's (premium before, after) when it moved share, whether the speed guard did,
-    and the expected routing cost of a request drawn from the shares (``_stick``'s yardstick).
+    the cost guard's (premium before, after) when it moved share, and whether the speed guard
+    did (``baseline``: price-only's shares, the TTFTs and the waits; None: a stated bound).
 
     Held at the cap: by the band's own shares, before the guard. Share the guard moves to a
     cheap endpoint is the user's bound, not demand the router's ranking had for it; counted as
