@@ -209,10 +209,7 @@ def price_premium(shares: list[float], prices: list[float], cheapest: float) -> 
     """The traffic mix's expected price over ``cheapest``, less 1 (0.06 = 6 % dearer)."""
     if cheapest <= 0.0:
         return 0.0
-    total = 0.0
-    for x, p in zip(shares, prices, strict=True):
-        total += x * p
-    return total / cheapest - 1.0
+    return mix_mean(shares, prices) / cheapest - 1.0
 
 
 def cost_guard(
