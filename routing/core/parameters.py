@@ -103,6 +103,15 @@ class RoutingParameters:
     cap_growth_per_min: float = 0.25
     cap_min_rps: float = 0.05
 
+    # --- the default guards (issue 17: no max_cost_premium stated) ---
+    # The speed guard acts only on a gap beyond the estimates' noise: the mix's expected wait
+    # over price-only's by more than speed_guard_z standard errors. An estimate from n answers
+    # is off by about speed_spread/√n of itself, speed_spread the answers' own spread (standard
+    # deviation over mean): 0.75 for a log-normal TTFT whose p95 is 3 × its median, as in the
+    # reference market (config/market.yaml: 2.8–3.5 ×); the whole wait spreads less.
+    speed_guard_z: float = 2.0
+    speed_spread: float = 0.75
+
     # --- stickiness (G12) ---
     sticky_hit_probability: float = 0.9  # a warm prefix is found in the cache this often
 

@@ -105,6 +105,8 @@ class Plan:
 
 
 TableLookup = Callable[[str, float], ModelTable | None]
+# The default guards' baseline: price-only's shares, the TTFTs, the waits, their relative noise.
+Baseline = tuple[list[float], list[float], list[float], list[float]]
 
 
 def plan_build(
@@ -459,20 +461,23 @@ def request_price(table: ModelTable, i: int, tokens_in: float, tokens_out: float
     return per_in * tokens_in + per_out * tokens_out
 
 
-def _price_only_baseline(
-    table: ModelTable, cand: list[int], tokens_out: float
-) -> tuple[list[float], list[float], list[float]]:
+def _price_only_baseline(table: ModelTable, cand: list[int], tokens_out: float) -> Baseline:
     """The default guards' baseline: the price-only router's shares over the candidates
-    (``legacy``), each candidate's TTFT, and its wait as the routing cost prices it (G4, G5):
-    w_e = (1 + ttft_weight)·ttft_e + O/tps_e seconds."""
+    (``legacy``), each candidate's TTFT, its wait as the routing cost prices it (G4, G5),
+    w_e = (1 + ttft_weight)·ttft_e + O/tps_e seconds, and how far those may be off."""
     wc, wp = table.wait_const, table.wait_per_token
     if len(cand) == len(table.endpoints):  # the common case: the table's own lists
         waits = [c + tokens_out * w for c, w in zip(wc, wp, strict=True)]
-        return table.legacy_shares, table.ttft, waits
+        return table.legacy_shares, table.ttft, waits, table.speed_noise
     shares = price_only_shares(
         [table.endpoints[i].price_input for i in cand], [table.legacy_outage[i] for i in cand]
     )
-    return shares, [table.ttft[i] for i in cand], [wc[i] + tokens_out * wp[i] for i in cand]
+    return (
+        shares,
+        [table.ttft[i] for i in cand],
+        [wc[i] + tokens_out * wp[i] for i in cand],
+        [table.speed_noise[i] for i in cand],
+    )
 
 
 def _full(
@@ -516,11 +521,12 @@ def _routing_cost_order(
     rng: random.Random,
     part: _ModelPart,
     full: list[bool] | None = None,
-    baseline: tuple[list[float], list[float], list[float]] | None = None,
+    baseline: Baseline | None = None,
 ) -> tuple[list[int], list[int]]:
     """The order drawn from the shares and the endpoints held at their cap bound; on ``part``
     the cost guard's (premium before, after) when it moved share, and whether the speed guard
-    did (``baseline``: price-only's shares, the TTFTs and the waits; None: a stated bound).
+    did (``baseline``: price-only's shares, the TTFTs, the waits and their noise; None: a
+    stated bound).
 
     Held at the cap: by the band's own shares, before the guard. Share the guard moves to a
     cheap endpoint is the user's bound, not demand the router's ranking had for it; counted as
@@ -545,9 +551,10 @@ def _routing_cost_order(
     sped, base_price = False, 0.0
     if baseline is not None:
         # No slower than price-only's mix in time to first token, then in the whole wait.
-        x, ttfts, waits = baseline
-        shares, sped = speed_guard(shares, ttfts, lower, upper, mix_mean(x, ttfts), full)
-        shares, sped_wait = speed_guard(shares, waits, lower, upper, mix_mean(x, waits), full)
+        x, ttfts, waits, noise = baseline
+        z = table.params.speed_guard_z
+        shares, sped = speed_guard(shares, ttfts, lower, upper, x, noise, z, full)
+        shares, sped_wait = speed_guard(shares, waits, lower, upper, x, noise, z, full)
         sped = sped or sped_wait
         base_price = mix_mean(x, prices)
     shares, before, after = cost_guard(shares, prices, lower, upper, max_premium, full, base_price)

@@ -77,6 +77,7 @@ class EndpointEstimate(NamedTuple):
     backoff_failure_rate: float  # (faults + 429s) / attempts over the short backoff window
     attempt_rate: float  # attempts per second (arrival rate, for the cap)
     cap_rps: float  # learned capacity, attempts per second; 0 = none learned
+    speed_samples: float = 0.0  # answers TTFT and speed rest on (decayed, priors included)
 
 
 class ModelFigures(NamedTuple):
@@ -420,4 +421,5 @@ def endpoint_estimate(
         backoff_failure_rate=backoff,
         attempt_rate=attempt_rate(state, p, now),
         cap_rps=g("cap", 0.0),
+        speed_samples=g("ok", 0.0) * d_speed + wa,
     )

@@ -65,6 +65,7 @@ class ModelTable:
         "plain",
         "price_out",
         "refused",
+        "speed_noise",
         "ttft",
         "upper",
         "wait_const",
@@ -109,9 +110,12 @@ class ModelTable:
         self.legacy_outage: list[bool] = []  # for the price-only router
         # The default guards' baseline (guards.speed_guard): price-only's shares over every
         # endpoint, and the wait the routing cost prices, w_e = wait_const_e + O·wait_per_token_e
-        # with wait_const_e = (1 + ttft_weight)·ttft_e (G4, G5).
+        # with wait_const_e = (1 + ttft_weight)·ttft_e (G4, G5); and how far those estimates
+        # may be off, relative, one standard error: speed_spread / √(2n), n the decayed count of
+        # answers they rest on (a decayed mean at a steady rate weighs as 2n equal answers).
         self.legacy_shares: list[float] = []
         self.ttft: list[float] = []
+        self.speed_noise: list[float] = []
         self.wait_const: list[float] = []
         self.wait_per_token: list[float] = []
         # The table for requests whose output is not checked (no tools, no response_format):
@@ -135,6 +139,7 @@ class ModelTable:
         other.breaker_trips = self.breaker_trips
         other.legacy_shares, other.ttft = self.legacy_shares, self.ttft
         other.wait_const, other.wait_per_token = self.wait_const, self.wait_per_token
+        other.speed_noise = self.speed_noise
         return other
 
     def price_per_token(self, i: int) -> tuple[float, float]:
@@ -292,5 +297,6 @@ def table_build(
         table.ttft.append(est.ttft_s)
         table.wait_const.append((1.0 + p.ttft_weight) * est.ttft_s)
         table.wait_per_token.append(1.0 / est.tokens_per_s)
+        table.speed_noise.append(p.speed_spread / math.sqrt(2.0 * max(est.speed_samples, 1.0)))
     table.legacy_shares.extend(price_only_shares([e.price_input for e in eps], table.legacy_outage))
     return table

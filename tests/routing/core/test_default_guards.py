@@ -25,28 +25,43 @@ FLOOR = [0.01, 0.01, 0.01]
 OPEN = [1.0, 1.0, 1.0]
 
 
+PRICE_ONLY_SHARES = [0.5, 0.3, 0.2]
+EXACT = [0.0, 0.0, 0.0]  # estimates without noise
+
+
 def test_the_speed_guard_moves_the_least_share_from_the_slowest_to_the_fastest():
     # Waits 3 / 2 / 1 s; the band gave 70 / 20 / 10 %, price-only 50 / 30 / 20 %.
     waits, shares = [3.0, 2.0, 1.0], [0.7, 0.2, 0.1]
-    baseline = mix_mean([0.5, 0.3, 0.2], waits)
     # By hand: price-only waits 1.5 + 0.6 + 0.2 = 2.3 s, the band 2.1 + 0.4 + 0.1 = 2.6 s:
     # 0.3 s to save, 2 s a unit of share moved from the slowest to the fastest: 0.15.
-    out, moved = speed_guard(shares, waits, FLOOR, OPEN, baseline)
-    assert baseline == pytest.approx(2.3)
+    out, moved = speed_guard(shares, waits, FLOOR, OPEN, PRICE_ONLY_SHARES, EXACT, 2.0)
     assert moved and out == pytest.approx([0.55, 0.2, 0.25])
     assert mix_mean(out, waits) == pytest.approx(2.3)
 
 
 def test_the_speed_guard_leaves_a_mix_as_fast_as_price_only_alone():
     waits, shares = [3.0, 2.0, 1.0], [0.4, 0.3, 0.3]
-    out, moved = speed_guard(shares, waits, FLOOR, OPEN, mix_mean([0.5, 0.3, 0.2], waits))
+    out, moved = speed_guard(shares, waits, FLOOR, OPEN, PRICE_ONLY_SHARES, EXACT, 2.0)
     assert out is shares and not moved
+
+
+def test_the_speed_guard_leaves_a_gap_within_the_estimates_noise_alone():
+    # The same 0.3 s gap. By hand, with every wait known to ±25 % (one standard error):
+    # the gap's terms (x − s)·w are 0.6, −0.2, −0.1 s, its standard error
+    # √((0.6² + 0.2² + 0.1²)·0.25²) = 0.160 s; two of them, 0.320 s, exceed 0.3 s: noise.
+    waits, shares = [3.0, 2.0, 1.0], [0.7, 0.2, 0.1]
+    out, moved = speed_guard(shares, waits, FLOOR, OPEN, PRICE_ONLY_SHARES, [0.25] * 3, 2.0)
+    assert out is shares and not moved
+    # Known to ±10 %: 0.128 s, so the gap is real, and it is closed whole, not to the noise.
+    out, moved = speed_guard(shares, waits, FLOOR, OPEN, PRICE_ONLY_SHARES, [0.1] * 3, 2.0)
+    assert moved and out == pytest.approx([0.55, 0.2, 0.25])
 
 
 def test_the_speed_guard_moves_no_share_to_a_full_endpoint():
     # The fastest is full: the share goes to the next fastest, 1 s a unit: 0.3 of share.
     waits, shares = [3.0, 2.0, 1.0], [0.7, 0.2, 0.1]
-    out, moved = speed_guard(shares, waits, FLOOR, OPEN, 2.3, [False, False, True])
+    full = [False, False, True]
+    out, moved = speed_guard(shares, waits, FLOOR, OPEN, PRICE_ONLY_SHARES, EXACT, 2.0, full)
     assert moved and out == pytest.approx([0.4, 0.5, 0.1])
 
 
@@ -116,6 +131,20 @@ def test_by_default_the_router_is_no_slower_than_price_only_and_no_dearer():
     assert expected(chosen, PRICE) <= expected(PRICE_ONLY, PRICE) + 0.01
     plan = router(speed).plan(RoutingRequest("m"), NOW, random.Random(1))
     assert plan.speed_guard and "speed_guard=price_only" in plan_explanation(plan)
+
+
+def test_between_endpoints_about_as_fast_the_router_keeps_its_savings():
+    # cheap answers 2.5 % slower, within two standard errors of what 430-odd answers say
+    # (±2.5 % each): the speed guard does not chase that gap to price-only's dearer mix.
+    speed = {"cheap": (0.41, 95.0), "mid": (0.40, 95.0), "fast": (0.40, 95.0)}
+    ttft = {p: first_token for p, (first_token, _) in speed.items()}
+    assert expected(PRICE_ONLY, ttft) < ttft["cheap"]
+    plan = router(speed).plan(RoutingRequest("m"), NOW, random.Random(1))
+    assert not plan.speed_guard
+    # By the band alone about 68 % to cheap ($1.07 a request); closing the gap would move
+    # share to mid until the mix is as fast as price-only's (53 % to cheap, $1.10).
+    chosen = first_choices(router(speed))
+    assert chosen["cheap"] > 0.64 and expected(chosen, PRICE) < 1.085
 
 
 def test_a_stated_bound_turns_the_default_guards_off():
