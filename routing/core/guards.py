@@ -272,29 +272,31 @@ def speed_guard(
 
         D  = Σ (x_e − s_e)·w_e                    s: price-only's shares (``baseline``)
         SE = √ Σ ((x_e − s_e)·w_e·ν_e)²           ν_e: w_e's relative standard error (``noise``)
-        D > z·SE  →  Σ x_e·w_e ≤ Σ s_e·w_e         x_e moved only toward open_e
+        D > 0 and D > z·SE  →  Σ x_e·w_e ≤ Σ s_e·w_e     x_e moved only toward open_e
 
     ``waits``: the seconds the routing cost prices for an attempt, w_e = (1 + ttft_weight)·ttft_e
     + O/tps_e (G4, G5), or the TTFTs alone. λ says what a second is worth to the router; where
     the listed prices make the old router buy more speed than λ would (it ranks by the listed
     input price alone), the router still answers no slower than it: it moves the least share
-    from the slowest endpoints to the fastest open ones. A gap within the estimates' noise is
-    left alone: between endpoints equally fast, the one that looks faster changes from one
-    estimate to the next, and closing every such gap would chase the noise toward price-only's
-    favourite at the router's savings (bench/markets/results.md, (d)). A gap beyond it is closed
-    whole, as a real one. The cost guard runs after and bounds what that costs (``cost_guard``'s
-    baseline is price-only's price, so the two can both hold: price-only's own mix meets both).
+    from the slowest endpoints to the fastest open ones. With ``z`` > 0 a gap within z standard
+    errors of the estimates is left alone: between endpoints equally fast, the one that looks
+    faster changes from one estimate to the next, and closing every such gap chases the noise
+    toward price-only's favourite at the router's savings; a gap beyond it is closed whole, as
+    a real one (``RoutingParameters.speed_guard_z``: what it keeps and what it gives up). The
+    cost guard runs after and bounds what closing costs (``cost_guard``'s baseline is
+    price-only's price, so the two can both hold: price-only's own mix meets both).
     """
-    gap = variance = 0.0
-    for x, s, w, nu in zip(shares, baseline, waits, noise, strict=True):
-        d = (x - s) * w
-        gap += d
-        variance += (d * nu) ** 2
-    if gap <= 0.0 or gap * gap <= z * z * variance:
+    before, base = mix_mean(shares, waits), mix_mean(baseline, waits)
+    if base <= 0.0 or before <= base * (1.0 + 1e-9):
         return shares, False
+    if z > 0.0:
+        variance = 0.0
+        for x, s, w, nu in zip(shares, baseline, waits, noise, strict=True):
+            variance += ((x - s) * w * nu) ** 2
+        if (before - base) ** 2 <= z * z * variance:
+            return shares, False
     out = list(shares)
-    before = mix_mean(shares, waits)
-    _shift(out, waits, lower, upper, _takes(lower, upper, full), gap)
+    _shift(out, waits, lower, upper, _takes(lower, upper, full), before - base)
     return out, mix_mean(out, waits) < before
 
 
