@@ -7,10 +7,22 @@ global (see ``quotas/store/README.md`` for how a Cluster port splits them per sl
 
 from __future__ import annotations
 
-from quotas.core.model import BucketSpec
+from quotas.core.model import BucketSpec, Rule
+
+# Rules whose state is one packed string (lua/lib.lua PACK3) instead of a hash: their keys say
+# so (":bp:"), so that a Redis still holding the hash layout's ":b:" keys (a deploy during
+# traffic) is never read with the wrong layout; the scripts read such a hash when the packed
+# key is missing.
+PACKED_RULES = frozenset({Rule.REFILL, Rule.FIXED_WINDOW, Rule.RAMP})
 
 
 def bucket_key(prefix: str, spec: BucketSpec) -> str:
+    layout = "bp" if spec.rule in PACKED_RULES else "b"
+    return f"{prefix}:{{{spec.scope}}}:{layout}:{spec.name}"
+
+
+def legacy_bucket_key(prefix: str, spec: BucketSpec) -> str:
+    """Where the layout before kept the bucket (a hash for every rule)."""
     return f"{prefix}:{{{spec.scope}}}:b:{spec.name}"
 
 

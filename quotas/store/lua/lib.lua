@@ -13,11 +13,16 @@
 -- x1..x4: fixed_window = four consecutive reset instants; rolling_window x1 = slices;
 -- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
--- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
--- concurrency held/h:<id>/nx (nx: no holder's lease expires before it, so the holders' sweep
--- is skipped until then; learned limits also lc as of lt, lg = growing), ramp
--- cur/cur_used/prev_used; 'exp' = until when the key's TTL is known to run (TTLs only ever
--- drop state that no longer matters, so they are set lazily).
+-- pause key. A refill, fixed window or ramp bucket's state is one string of three doubles
+-- (struct.pack PACK3, read with one GET and written with one SET: no number formatted or
+-- parsed): refill level/ts/exp, fixed wstart/wend/used, ramp cur/cur_used/prev_used. Rolling
+-- windows and concurrency keep a hash: rolling total/lo/hi/s<k>, concurrency held/h:<id>/nx
+-- (nx: no holder's lease expires before it, so the holders' sweep is skipped until then;
+-- learned limits also lc as of lt, lg = growing). 'exp' = until when the key's TTL is known
+-- to run (TTLs only ever drop state that no longer matters, so they are set lazily).
+-- The packed buckets' keys say so (quotas/core/keys.py: ':bp:' where a hash has ':b:'); a
+-- packed key that is missing is read from the hash of the layout before, if there is one
+-- (packed_legacy), so a deploy during traffic keeps what the buckets hold.
 
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
@@ -172,34 +177,61 @@ local function num(x)
   return nil
 end
 
+-- A packed bucket's three doubles (the file's head: refill level, ts, exp; fixed window
+-- wstart, wend, used; ramp cur, cur_used, prev_used), or nil when it has no state. When the
+-- packed key is missing, the hash of the layout before (same name with ':b:', written by a
+-- gateway of the previous version during a deploy) is read instead; its fourth value, fresh,
+-- is then true: the packed key has no TTL yet, so its first write must set one.
+local PACK3 = '<ddd'
+local LEGACY_FIELDS = {refill = {'level', 'ts', 'exp'},
+                       fixed_window = {'wstart', 'wend', 'used'},
+                       ramp = {'cur', 'cur_used', 'prev_used'}}
+
+local function packed_legacy(p, key)
+  local old = string.sub(key, 1, #key - #p.name - 4) .. ':b:' .. p.name
+  local f = LEGACY_FIELDS[p.rule]
+  local h = redis.call('HMGET', old, f[1], f[2], f[3])
+  if not h[1] then return nil end
+  return tonumber(h[1]), num(h[2]), num(h[3]), true
+end
+
+local function packed_read(p, key)
+  local state = redis.call('GET', key)
+  if not state then return packed_legacy(p, key) end
+  local a, b, c = struct.unpack(PACK3, state)
+  return a, b, c, false
+end
+
 -- A concurrency hash's nx when no holder is left (hold() lowers it to the next expiry).
 local NO_HOLDER = 1e300
 
 -- view: bring a bucket to now. Returns {exists, avail, a, b, c, ...} like core View.
 -- extra: one more hash field the caller will read (settle: its own holder 'h:<id>', or its
 -- marker's rolling slice), read in the same HMGET: v.extra (false when missing). Each rule
--- reads its state with one HMGET; a rolling window reads now's slice with it (v.cur).
+-- reads its state with one command (a packed bucket a GET, the others an HMGET); a rolling
+-- window reads now's slice with it (v.cur).
 local function view(p, key, hkey, now, born, limit, extra)
   if p.rule == 'refill' then
-    local h = redis.call('HMGET', key, 'level', 'ts', 'exp')
-    if not h[1] then
-      local level = math.min(p.cap, (now - born) * p.cap / p.period)
+    local level, ts, exp, fresh = packed_read(p, key)
+    if fresh then exp = nil end  -- the packed key has no TTL yet
+    if not level then
+      level = math.min(p.cap, (now - born) * p.cap / p.period)
       return {exists = false, avail = level, a = level}
     end
-    local level, ts = tonumber(h[1]), tonumber(h[2])
     if now > ts then
       level = math.min(p.cap, level + (now - ts) * p.cap / p.period)
     end
-    return {exists = true, ts = ts, exp = num(h[3]), avail = level, a = level}
+    return {exists = true, ts = ts, exp = exp, avail = level, a = level}
   elseif p.rule == 'fixed_window' then
     local start, stop = window_of(p, now)
-    local h = redis.call('HMGET', key, 'wstart', 'used')
+    local wstart, _, wused, fresh = packed_read(p, key)
     local used, same = 0, false
-    if h[1] and tonumber(h[1]) == start then
-      used, same = tonumber(h[2]), true
+    if wstart == start then
+      used, same = wused, true
     end
-    return {exists = h[1] ~= false, same = same, avail = p.cap - used, a = start, b = stop,
-            c = used}
+    -- fresh: read from the layout before; the packed key gets its TTL when written
+    return {exists = wstart ~= nil, same = same and not fresh, avail = p.cap - used, a = start,
+            b = stop, c = used}
   elseif p.rule == 'rolling_window' then
     local width = p.period / p.x1
     local k_now = math.floor(now / width)
@@ -268,10 +300,9 @@ local function view(p, key, hkey, now, born, limit, extra)
   end
   -- ramp
   local idx = math.floor(now / p.period)
-  local h = redis.call('HMGET', key, 'cur', 'cur_used', 'prev_used')
+  local cur, hc, hp, fresh = packed_read(p, key)
   local cu, pu, same = 0, 0, false
-  if h[1] then
-    local cur, hc, hp = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  if cur then
     if idx == cur then
       cu, pu, same = hc, hp, true
     elseif idx == cur + 1 then
@@ -283,7 +314,8 @@ local function view(p, key, hkey, now, born, limit, extra)
     end
   end
   local allowance = math.max(p.cap, p.x1 * pu)
-  return {exists = h[1] ~= false, same = same, avail = allowance - cu, a = idx, b = cu, c = pu}
+  return {exists = cur ~= nil, same = same and not fresh, avail = allowance - cu, a = idx,
+          b = cu, c = pu}
 end
 
 -- fit_time: earliest time amount fits with no other traffic (now if it fits, INF if never).
@@ -350,22 +382,29 @@ local function write_refill(p, v, key, now, level)
   -- Expiring is harmless once the bucket would be full again (and past born + period).
   local need = now + (p.cap - level) * p.period / p.cap + p.period
   if v.exp and v.exp >= need then
-    redis.call('HSET', key, 'level', level, 'ts', ts)
+    redis.call('SET', key, struct.pack(PACK3, level, ts, v.exp), 'KEEPTTL')
   else
     local e = need + p.period
-    redis.call('HSET', key, 'level', level, 'ts', ts, 'exp', e)
-    redis.call('PEXPIRE', key, ttl_ms(e - now))
+    redis.call('SET', key, struct.pack(PACK3, level, ts, e), 'PX', ttl_ms(e - now))
   end
 end
 
 local function write_window(key, v, now, used)
-  redis.call('HSET', key, 'wstart', v.a, 'wend', v.b, 'used', used)
-  if not v.same then redis.call('PEXPIRE', key, ttl_ms(v.b - now)) end
+  local state = struct.pack(PACK3, v.a, v.b, used)
+  if v.same then
+    redis.call('SET', key, state, 'KEEPTTL')
+  else
+    redis.call('SET', key, state, 'PX', ttl_ms(v.b - now))
+  end
 end
 
 local function write_ramp(p, key, v, cu, pu)
-  redis.call('HSET', key, 'cur', v.a, 'cur_used', cu, 'prev_used', pu)
-  if not v.same then redis.call('PEXPIRE', key, ttl_ms(2 * p.period)) end
+  local state = struct.pack(PACK3, v.a, cu, pu)
+  if v.same then
+    redis.call('SET', key, state, 'KEEPTTL')
+  else
+    redis.call('SET', key, state, 'PX', ttl_ms(2 * p.period))
+  end
 end
 
 -- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil; nx:
