@@ -1,0 +1,117 @@
+"""Bucket state layouts (lua/lib.lua): a refill, fixed-window or ramp bucket keeps its state as
+one packed string at its ':bp:' key; rolling windows and concurrency keep a hash at ':b:'.
+During a deploy the gateway of the version before still runs beside the new one, and Redis still
+holds the hash layout's ':b:' keys of the packed rules: the new scripts read such a hash while
+their packed key is missing (nothing a bucket holds is forgotten), write only the packed key
+(with a TTL of its own), and leave the hash as the old scripts expect it. On a private
+redis-server."""
+
+from __future__ import annotations
+
+import struct
+
+import redis
+import redis.asyncio
+
+from quotas.core.keys import bucket_key, legacy_bucket_key
+from quotas.core.model import BucketSpec, Dimension, Grant, Refusal, Rule, Usage, Window
+from quotas.store.redis import RedisReservationStore
+
+SCOPE = "provider:l"
+RPM = BucketSpec("l-rpm", SCOPE, Dimension.REQUESTS, Rule.REFILL, 100, 60)
+DAY = BucketSpec("l-day", SCOPE, Dimension.INPUT_TOKENS, Rule.FIXED_WINDOW, 1000, window=Window.DAY)
+RAMP = BucketSpec("l-ramp", SCOPE, Dimension.REQUESTS, Rule.RAMP, 10, 60, factor=2.0)
+SLOTS = BucketSpec("l-slots", SCOPE, Dimension.CONCURRENCY, Rule.CONCURRENCY, 4)
+SPEND = BucketSpec("l-spend", "tenant:l", Dimension.SPEND, Rule.ROLLING_WINDOW, 10.0, 3600)
+T = 1_000_020.0  # 20 s into a ramp interval (60 s)
+P = "lay"
+
+
+def store_on(url: str) -> RedisReservationStore:
+    return RedisReservationStore(redis.asyncio.Redis.from_url(url), prefix=P)
+
+
+def g(x: float) -> str:
+    return repr(float(x))  # what the hash layout's scripts wrote (%.17g: the same double)
+
+
+def reserve(runner, store, rid, spec, now, **usage) -> Grant | Refusal:  # type: ignore[no-untyped-def]
+    return runner.run(store.reserve(rid, [spec], Usage(**usage), now=now))
+
+
+def available(runner, store, spec, now) -> float:  # type: ignore[no-untyped-def]
+    return runner.run(store.levels([spec], now=now))[0].available
+
+
+def test_packed_rules_have_keys_of_their_own_and_hash_rules_keep_theirs():
+    for spec in (RPM, DAY, RAMP):
+        assert bucket_key(P, spec) == f"{P}:{{{SCOPE}}}:bp:{spec.name}"
+        assert legacy_bucket_key(P, spec) == f"{P}:{{{SCOPE}}}:b:{spec.name}"
+    for spec in (SLOTS, SPEND):
+        assert bucket_key(P, spec) == legacy_bucket_key(P, spec)
+
+
+def test_it_writes_a_packed_bucket_as_three_doubles_with_a_ttl(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    runner.run(store.client.hset(f"{P}:epoch", mapping={"born": "0", "until": "0"}))
+    assert isinstance(reserve(runner, store, "a", RPM, T, requests=30), Grant)
+    raw = admin.get(bucket_key(P, RPM))
+    assert raw is not None and admin.type(bucket_key(P, RPM)) == b"string"
+    level, ts, exp = struct.unpack("<ddd", raw)
+    assert (level, ts) == (70.0, T) and exp > T
+    assert 0 < admin.pttl(bucket_key(P, RPM)) <= (exp - T) * 1000 + 60_000
+    assert admin.exists(legacy_bucket_key(P, RPM)) == 0
+
+
+def test_it_reads_a_refill_bucket_left_in_the_hash_layout(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    admin.hset(f"{P}:epoch", mapping={"born": "0", "until": "0"})
+    old = legacy_bucket_key(P, RPM)
+    admin.hset(old, mapping={"level": g(10), "ts": g(T), "exp": g(T + 200)})
+    admin.pexpire(old, 260_000)
+
+    assert available(runner, store, RPM, T) == 10  # not a full bucket: the hash's level
+    refused = reserve(runner, store, "big", RPM, T, requests=50)
+    assert isinstance(refused, Refusal) and refused.bucket == RPM.name
+    assert isinstance(reserve(runner, store, "small", RPM, T, requests=4), Grant)
+    assert available(runner, store, RPM, T) == 6
+    # the packed key has the state and a TTL; the hash is as the old scripts left it
+    assert struct.unpack("<ddd", admin.get(bucket_key(P, RPM)))[:2] == (6.0, T)
+    assert admin.pttl(bucket_key(P, RPM)) > 0
+    assert admin.hgetall(old) == {b"level": b"10.0", b"ts": g(T).encode(), b"exp": g(T + 200).encode()}
+
+
+def test_it_reads_a_fixed_window_and_a_ramp_left_in_the_hash_layout(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    admin.hset(f"{P}:epoch", mapping={"born": "0", "until": "0"})
+    # the window's boundaries as the scripts pick them: from a first take, then forgotten
+    assert isinstance(reserve(runner, store, "probe", DAY, T, input_tokens=1), Grant)
+    wstart, wend, _ = struct.unpack("<ddd", admin.get(bucket_key(P, DAY)))
+    admin.delete(bucket_key(P, DAY))
+    old = legacy_bucket_key(P, DAY)
+    admin.hset(old, mapping={"wstart": g(wstart), "wend": g(wend), "used": g(900)})
+    admin.pexpire(old, int((wend - T) * 1000) + 60_000)
+    interval = T // 60
+    admin.hset(legacy_bucket_key(P, RAMP), mapping={"cur": g(interval), "cur_used": g(8),
+                                                     "prev_used": g(3)})  # fmt: skip
+
+    assert available(runner, store, DAY, T) == 100
+    assert isinstance(reserve(runner, store, "w1", DAY, T, input_tokens=150), Refusal)
+    assert isinstance(reserve(runner, store, "w2", DAY, T, input_tokens=60), Grant)
+    assert available(runner, store, DAY, T + 1) == 40
+    assert 0 < admin.pttl(bucket_key(P, DAY)) <= (wend - T) * 1000 + 60_000
+
+    # allowance max(floor 10, 2 x 3) = 10, 8 used in this interval
+    assert available(runner, store, RAMP, T) == 2
+    assert isinstance(reserve(runner, store, "r1", RAMP, T, requests=3), Refusal)
+    assert isinstance(reserve(runner, store, "r2", RAMP, T, requests=2), Grant)
+    assert struct.unpack("<ddd", admin.get(bucket_key(P, RAMP))) == (interval, 10.0, 3.0)
+    assert admin.pttl(bucket_key(P, RAMP)) > 0
+    assert admin.type(legacy_bucket_key(P, DAY)) == b"hash"
+    assert admin.hget(legacy_bucket_key(P, DAY), "used") == g(900).encode()
