@@ -13,9 +13,11 @@ import struct
 import redis
 import redis.asyncio
 
+from quotas.core.fairqueue import Queued
 from quotas.core.keys import bucket_key, legacy_bucket_key
 from quotas.core.model import BucketSpec, Dimension, Grant, Refusal, Rule, Usage, Window
-from quotas.store.redis import RedisReservationStore
+from quotas.store.queue_redis import RedisQueueStore
+from quotas.store.redis import RedisReservationStore, queue_prefix
 
 SCOPE = "provider:l"
 RPM = BucketSpec("l-rpm", SCOPE, Dimension.REQUESTS, Rule.REFILL, 100, 60)
@@ -82,7 +84,11 @@ def test_it_reads_a_refill_bucket_left_in_the_hash_layout(redis_server, runner):
     # the packed key has the state and a TTL; the hash is as the old scripts left it
     assert struct.unpack("<ddd", admin.get(bucket_key(P, RPM)))[:2] == (6.0, T)
     assert admin.pttl(bucket_key(P, RPM)) > 0
-    assert admin.hgetall(old) == {b"level": b"10.0", b"ts": g(T).encode(), b"exp": g(T + 200).encode()}
+    assert admin.hgetall(old) == {
+        b"level": b"10.0",
+        b"ts": g(T).encode(),
+        b"exp": g(T + 200).encode(),
+    }
 
 
 def test_it_reads_a_fixed_window_and_a_ramp_left_in_the_hash_layout(redis_server, runner):
@@ -115,3 +121,57 @@ def test_it_reads_a_fixed_window_and_a_ramp_left_in_the_hash_layout(redis_server
     assert admin.pttl(bucket_key(P, RAMP)) > 0
     assert admin.type(legacy_bucket_key(P, DAY)) == b"hash"
     assert admin.hget(legacy_bucket_key(P, DAY), "used") == g(900).encode()
+
+
+POOL = "provider:q"
+QRPM = BucketSpec("q-rpm", POOL, Dimension.REQUESTS, Rule.REFILL, 1, 1.0)
+QSLOTS = BucketSpec("q-slots", POOL, Dimension.CONCURRENCY, Rule.CONCURRENCY, 8)
+# An entry as the version before stored it: its eleven fields (no 'packed' mark).
+AS_BEFORE = """
+local raw = redis.call('GET', KEYS[1])
+local t = cmsgpack.unpack(string.sub(raw, 2))
+redis.call('SET', KEYS[1], 'Q' .. cmsgpack.pack({t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8],
+                                                 t[9], t[10], t[11]}), 'KEEPTTL')
+return {t[10][1][3], t[10][2][3], t[12]}
+"""
+
+
+def test_a_waiter_of_either_version_is_granted_from_the_packed_bucket(redis_server, runner):
+    """A waiter's entry names a packed bucket by its hash-layout key (what a pump of the
+    version before can read); a pump of this version takes from the packed key and answers a
+    waiter of the version before with the text grant it parses."""
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    queue = RedisQueueStore(store, mailbox="m")
+    runner.run(store.bootstrap())
+    admin.hset(f"{P}:epoch", mapping={"born": "0", "until": "0"})
+
+    def enter(rid: str) -> object:
+        demand = Usage(requests=1, concurrency=1)
+        entering = queue.enter(
+            rid, [QSLOTS, QRPM], demand, pool=POOL, flow="f", weight=1.0, deadline=T + 4,
+            max_depth=8, flow_depth=8, lease_seconds=30.0, burst=0.0, now=T,
+        )  # fmt: skip
+        return runner.run(entering)
+
+    assert isinstance(enter("a"), Grant)
+    assert isinstance(enter("b"), Queued) and isinstance(enter("c"), Queued)
+    entry = f"{queue_prefix(P, POOL)}:e:c"
+    keys = admin.eval(AS_BEFORE, 1, entry)
+    assert keys == [bucket_key(P, QSLOTS).encode(), legacy_bucket_key(P, QRPM).encode(), 1]
+    assert admin.get(entry)[:1] == b"Q"
+
+    verdicts: dict[str, object] = {}
+    for at in (T + 1.01, T + 2.02):
+        assert runner.run(queue.pump(POOL, now=at)).granted == 1
+        verdicts.update(runner.run(queue.mail(timeout=0.5, now=at)))
+    # the verdicts as kept in the entries: b's packed, c's (the version before) as text
+    assert admin.get(f"{queue_prefix(P, POOL)}:e:b")[:2] == b"Vg"
+    assert admin.get(entry)[:2] == b"VG"
+    b, c = verdicts["b"], verdicts["c"]
+    assert isinstance(b, Grant) and isinstance(c, Grant)
+    assert (b.created_at, c.created_at) == (T + 1.01, T + 2.02)
+    assert [p.remaining for p in b.parts] == [6.0, 0.0]  # a and b hold slots; the level is 0
+    assert [p.remaining for p in c.parts] == [5.0, 0.0]
+    assert struct.unpack("<ddd", admin.get(bucket_key(P, QRPM)))[:2] == (0.0, T + 2.02)
+    assert admin.exists(legacy_bucket_key(P, QRPM)) == 0

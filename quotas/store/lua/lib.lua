@@ -187,8 +187,19 @@ local LEGACY_FIELDS = {refill = {'level', 'ts', 'exp'},
                        fixed_window = {'wstart', 'wend', 'used'},
                        ramp = {'cur', 'cur_used', 'prev_used'}}
 
+local PACKED = {refill = true, fixed_window = true, ramp = true}
+
+-- A packed bucket's key in the hash layout (':b:' for ':bp:', quotas/core/keys.py), and back.
+local function hash_layout_key(p, key)
+  return string.sub(key, 1, #key - #p.name - 4) .. ':b:' .. p.name
+end
+
+local function packed_layout_key(p, key)
+  return string.sub(key, 1, #key - #p.name - 3) .. ':bp:' .. p.name
+end
+
 local function packed_legacy(p, key)
-  local old = string.sub(key, 1, #key - #p.name - 4) .. ':b:' .. p.name
+  local old = hash_layout_key(p, key)
   local f = LEGACY_FIELDS[p.rule]
   local h = redis.call('HMGET', old, f[1], f[2], f[3])
   if not h[1] then return nil end

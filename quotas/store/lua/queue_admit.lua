@@ -50,7 +50,7 @@ for i = 1, n do
 end
 local e = {id = id, flow = flow, weight = tonumber(ARGV[4]), cost = tonumber(ARGV[5]),
            burst = tonumber(ARGV[6]), deadline = deadline, lease = lease, mailbox = ARGV[9],
-           rkey = rkey, parts = rows, lane = specs[2]}
+           rkey = rkey, parts = rows, lane = specs[2], packed = true}
 parts = q_parts(e)
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then
