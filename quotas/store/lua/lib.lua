@@ -130,14 +130,16 @@ local function spec_meta(t, i)
   if not meta then
     local at = 8 + 5 * (i - 1)
     meta = part_meta(t[at], {blob = t[at], key = t[at + 1], hkey = t[at + 2],
-                             pkey = t[at + 3], sidev = t[at + 4]})
+                             pkey = t[at + 3], sidev = t[at + 4], side = t[at + 4] == 1,
+                             own = t[at + 4] == 2})
     t.metas[i] = meta
   end
   return meta
 end
 
 -- Part i of a spec set: read_part's fields with .blob, .key, .hkey, .pkey and .sidev (the
--- side, 0 shared, 1 pool, 2 own) set.
+-- side, 0 shared, 1 pool, 2 own) set, and .side / .own as the fair queue's parts have them
+-- (queue_lib.lua q_parts).
 local function spec_part(t, i)
   return setmetatable({}, spec_meta(t, i))
 end
