@@ -1,10 +1,10 @@
 """Bucket state layouts (lua/lib.lua): a refill, fixed-window or ramp bucket keeps its state as
-one packed string at its ':bp:' key; rolling windows and concurrency keep a hash at ':b:'.
-During a deploy the gateway of the version before still runs beside the new one, and Redis still
-holds the hash layout's ':b:' keys of the packed rules: the new scripts read such a hash while
-their packed key is missing (nothing a bucket holds is forgotten), write only the packed key
-(with a TTL of its own), and leave the hash as the old scripts expect it. On a private
-redis-server."""
+one packed string at its ':bp:' key, a rolling window a hash of packed doubles there;
+concurrency keeps its hash of numbers at ':b:'. During a deploy the gateway of the version
+before still runs beside the new one, and Redis still holds the layout before's ':b:' keys of
+the packed rules: the new scripts read (a rolling window: copy) such a key while their packed
+key is missing (nothing a bucket holds is forgotten), write only the packed key (with a TTL of
+its own), and leave the old key as the old scripts expect it. On a private redis-server."""
 
 from __future__ import annotations
 
@@ -45,12 +45,11 @@ def available(runner, store, spec, now) -> float:  # type: ignore[no-untyped-def
     return runner.run(store.levels([spec], now=now))[0].available
 
 
-def test_packed_rules_have_keys_of_their_own_and_hash_rules_keep_theirs():
-    for spec in (RPM, DAY, RAMP):
-        assert bucket_key(P, spec) == f"{P}:{{{SCOPE}}}:bp:{spec.name}"
-        assert legacy_bucket_key(P, spec) == f"{P}:{{{SCOPE}}}:b:{spec.name}"
-    for spec in (SLOTS, SPEND):
-        assert bucket_key(P, spec) == legacy_bucket_key(P, spec)
+def test_packed_rules_have_keys_of_their_own_and_concurrency_keeps_its_own():
+    for spec in (RPM, DAY, RAMP, SPEND):
+        assert bucket_key(P, spec) == f"{P}:{{{spec.scope}}}:bp:{spec.name}"
+        assert legacy_bucket_key(P, spec) == f"{P}:{{{spec.scope}}}:b:{spec.name}"
+    assert bucket_key(P, SLOTS) == legacy_bucket_key(P, SLOTS)
 
 
 def test_it_writes_a_packed_bucket_as_three_doubles_with_a_ttl(redis_server, runner):
@@ -175,3 +174,34 @@ def test_a_waiter_of_either_version_is_granted_from_the_packed_bucket(redis_serv
     assert [p.remaining for p in c.parts] == [5.0, 0.0]
     assert struct.unpack("<ddd", admin.get(bucket_key(P, QRPM)))[:2] == (0.0, T + 2.02)
     assert admin.exists(legacy_bucket_key(P, QRPM)) == 0
+
+
+def test_it_copies_a_rolling_window_left_in_the_hash_layout(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    admin.hset(f"{P}:epoch", mapping={"born": "0", "until": "0"})
+    width = 3600 / 60  # 60 slices of the hour
+    k = int(T // width)
+    old = legacy_bucket_key(P, SPEND)
+    slices = {f"s{k - 30}": g(2.5), f"s{k - 1}": g(4.0), f"s{k}": g(1.5)}
+    admin.hset(old, mapping={"total": g(8), "lo": g(k - 30), "hi": g(k), "exp": g(T + 4000),
+                             **slices})  # fmt: skip
+    admin.pexpire(old, 4_060_000)
+
+    assert available(runner, store, SPEND, T) == 2  # 10 - 8
+    assert isinstance(reserve(runner, store, "s1", SPEND, T, spend=3.0), Refusal)
+    grant = reserve(runner, store, "s2", SPEND, T, spend=1.5)
+    assert isinstance(grant, Grant) and grant.parts[0].marker == k
+    new = bucket_key(P, SPEND)
+    state = admin.hgetall(new)
+    assert struct.unpack("<dddd", state[b"p"]) == (9.5, k - 30, k, T + 4000)
+    assert {f: struct.unpack("<d", v)[0] for f, v in state.items() if f != b"p"} == {
+        f"s{k - 30}".encode(): 2.5,
+        f"s{k - 1}".encode(): 4.0,
+        f"s{k}".encode(): 3.0,
+    }
+    assert 0 < admin.pttl(new) <= 4_060_000
+    # the slice taken 30 slices ago leaves the window at its end (+ the hour)
+    assert available(runner, store, SPEND, (k - 29) * width + 3600 + 1) == 3.0
+    assert admin.hget(old, "total") == g(8).encode()

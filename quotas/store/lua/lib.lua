@@ -15,14 +15,16 @@
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
 -- pause key. A refill, fixed window or ramp bucket's state is one string of three doubles
 -- (struct.pack PACK3, read with one GET and written with one SET: no number formatted or
--- parsed): refill level/ts/exp, fixed wstart/wend/used, ramp cur/cur_used/prev_used. Rolling
--- windows and concurrency keep a hash: rolling total/lo/hi/s<k>, concurrency held/h:<id>/nx
--- (nx: no holder's lease expires before it, so the holders' sweep is skipped until then;
--- learned limits also lc as of lt, lg = growing). 'exp' = until when the key's TTL is known
--- to run (TTLs only ever drop state that no longer matters, so they are set lazily).
--- The packed buckets' keys say so (quotas/core/keys.py: ':bp:' where a hash has ':b:'); a
--- packed key that is missing is read from the hash of the layout before, if there is one
--- (packed_legacy), so a deploy during traffic keeps what the buckets hold.
+-- parsed): refill level/ts/exp, fixed wstart/wend/used, ramp cur/cur_used/prev_used. A
+-- rolling window keeps a hash of packed doubles: 'p' = total/lo/hi/exp (PACK4) and s<k> per
+-- slice. Concurrency keeps a hash of numbers: held/h:<id>/nx (nx: no holder's lease expires
+-- before it, so the holders' sweep is skipped until then; learned limits also lc as of lt,
+-- lg = growing). 'exp' = until when the key's TTL is known to run (TTLs only ever drop state
+-- that no longer matters, so they are set lazily).
+-- The packed buckets' keys say so (quotas/core/keys.py: ':bp:' where the layout before, a
+-- hash of numbers, has ':b:'); a packed key that is missing is read from (a rolling window:
+-- copied from) the layout before's key, if there is one (packed_legacy, rolling_legacy), so a
+-- deploy during traffic keeps what the buckets hold.
 
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
@@ -189,7 +191,8 @@ local LEGACY_FIELDS = {refill = {'level', 'ts', 'exp'},
                        fixed_window = {'wstart', 'wend', 'used'},
                        ramp = {'cur', 'cur_used', 'prev_used'}}
 
-local PACKED = {refill = true, fixed_window = true, ramp = true}
+local PACKED = {refill = true, fixed_window = true, ramp = true, rolling_window = true}
+local PACK4, SLICE = '<dddd', '<d'  -- a rolling window's 'p' and one slice's sum
 
 -- A packed bucket's key in the hash layout (':b:' for ':bp:', quotas/core/keys.py), and back.
 local function hash_layout_key(p, key)
@@ -206,6 +209,34 @@ local function packed_legacy(p, key)
   local h = redis.call('HMGET', old, f[1], f[2], f[3])
   if not h[1] then return nil end
   return tonumber(h[1]), num(h[2]), num(h[3]), true
+end
+
+-- A rolling window's hash of the layout before (total, lo, hi, exp, s<k> as numbers), if
+-- there is one, copied into key as this layout's (same TTL); true if there was one.
+local function rolling_legacy(p, key)
+  local old = hash_layout_key(p, key)
+  local raw = redis.call('HGETALL', old)
+  local t = {}
+  for i = 1, #raw, 2 do t[raw[i]] = raw[i + 1] end
+  if not t.total then return false end
+  local args = {'HSET', key, 'p', struct.pack(PACK4, tonumber(t.total), tonumber(t.lo),
+                                              tonumber(t.hi), tonumber(t.exp or '0'))}
+  for name, value in pairs(t) do
+    if string.sub(name, 1, 1) == 's' then
+      args[#args + 1] = name
+      args[#args + 1] = struct.pack(SLICE, tonumber(value))
+    end
+  end
+  redis.call(unpack(args))
+  local ttl = redis.call('PTTL', old)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  return true
+end
+
+-- A slice's sum as HGET / HMGET gave it (false or nil: 0).
+local function slice_value(raw)
+  if raw then return (struct.unpack(SLICE, raw)) end
+  return 0
 end
 
 local function packed_read(p, key)
@@ -249,16 +280,19 @@ local function view(p, key, hkey, now, born, limit, extra)
     local width = p.period / p.x1
     local k_now = math.floor(now / width)
     local k_min = math.floor((now - p.period) / width)
-    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp', slice_field(k_now),
-      extra or 'exp')
-    if h[1] and k_min > tonumber(h[3]) then
+    local h = redis.call('HMGET', key, 'p', slice_field(k_now), extra or 'p')
+    if not h[1] and rolling_legacy(p, key) then
+      h = redis.call('HMGET', key, 'p', slice_field(k_now), extra or 'p')
+    end
+    local total, lo, hi, exp
+    if h[1] then total, lo, hi, exp = struct.unpack(PACK4, h[1]) end
+    if h[1] and k_min > hi then
       redis.call('DEL', key)
       h = {false}
     end
     if not h[1] then
       return {exists = false, avail = p.cap, a = k_now, total = 0, cur = false, extra = false}
     end
-    local total, lo, hi = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
     if lo < k_min then
       local last = math.min(k_min - 1, lo + p.x1 + 2)
       local k = lo
@@ -266,16 +300,16 @@ local function view(p, key, hkey, now, born, limit, extra)
         local f = slice_field(k)
         local v = redis.call('HGET', key, f)
         if v then
-          total = total - tonumber(v)
+          total = total - slice_value(v)
           redis.call('HDEL', key, f)
         end
         k = k + 1
       end
       lo = k_min
-      redis.call('HSET', key, 'total', total, 'lo', lo)
+      redis.call('HSET', key, 'p', struct.pack(PACK4, total, lo, hi, exp))
     end
-    return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
-            lo = lo, hi = hi, cur = h[5], extra = extra and h[6]}
+    return {exists = true, exp = exp, avail = p.cap - total, a = k_now, total = total,
+            lo = lo, hi = hi, cur = h[2], extra = extra and h[3]}
   elseif p.rule == 'concurrency' then
     local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg', 'nx', extra or 'nx')
     if not h[1] then
@@ -346,7 +380,7 @@ local function fit_time(p, v, key, hkey, now, amount)
     local freed = 0
     local k = v.lo
     while k <= v.hi do
-      freed = freed + tonumber(redis.call('HGET', key, slice_field(k)) or '0')
+      freed = freed + slice_value(redis.call('HGET', key, slice_field(k)))
       if freed >= need then return (k + 1) * width + p.period end
       k = k + 1
     end
@@ -374,19 +408,17 @@ local function rolling_add(p, v, key, k, amount, now)
   local need = now + p.period + p.period / p.x1
   if not v.exists then
     local e = need + p.period / 4
-    redis.call('HSET', key, 'total', amount, 'lo', k, 'hi', k, f, amount,
-      'exp', e)
+    redis.call('HSET', key, 'p', struct.pack(PACK4, amount, k, k, e), f,
+      struct.pack(SLICE, amount))
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     return
   end
-  local have = tonumber(v.cur or '0')  -- k is now's slice, read by view
-  redis.call('HSET', key, f, have + amount, 'total', v.total + amount,
-    'hi', math.max(v.hi, k), 'lo', math.min(v.lo, k))
-  if not (v.exp and v.exp >= need) then
-    local e = need + p.period / 4
-    redis.call('HSET', key, 'exp', e)
-    redis.call('PEXPIRE', key, ttl_ms(e - now))
-  end
+  local have = slice_value(v.cur)  -- k is now's slice, read by view
+  local e, longer = v.exp, v.exp < need  -- exp 0: not known (copied from the layout before)
+  if longer then e = need + p.period / 4 end
+  redis.call('HSET', key, f, struct.pack(SLICE, have + amount), 'p',
+    struct.pack(PACK4, v.total + amount, math.min(v.lo, k), math.max(v.hi, k), e))
+  if longer then redis.call('PEXPIRE', key, ttl_ms(e - now)) end
 end
 
 local function write_refill(p, v, key, now, level)
@@ -516,9 +548,10 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
       local have = v.extra  -- the marker's slice, read by view (settle_field)
       if have == nil then have = redis.call('HGET', key, f) end
       if k >= v.lo and have then
-        have = tonumber(have)
+        have = slice_value(have)
         local back = math.min(have, -diff)
-        redis.call('HSET', key, f, have - back, 'total', v.total - back)
+        redis.call('HSET', key, f, struct.pack(SLICE, have - back), 'p',
+          struct.pack(PACK4, v.total - back, v.lo, v.hi, v.exp))
       end
     end
   elseif p.rule == 'concurrency' then
