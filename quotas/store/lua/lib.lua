@@ -590,11 +590,16 @@ local function reserve_parts(ctx, parts)
     at[i] = slot[p.pkey]
   end
   local pauses = redis.call('MGET', unpack(pkeys))
-  local checks, views = {}, {}
+  local reasons, retries, views = {}, {}, {}  -- per part (no table per part)
   for i, p in ipairs(parts) do
     local reason, retry, v = false, now, false
-    local paused = tonumber(pauses[at[i]] or '0')
-    if paused <= now then paused = 0 end
+    local paused = pauses[at[i]]  -- a pause end, or false (mostly: nothing to parse)
+    if paused then
+      paused = tonumber(paused)
+      if paused <= now then paused = 0 end
+    else
+      paused = 0
+    end
     if p.rule ~= 'ramp' and p.amount > p.cap then
       reason, retry = 'unsatisfiable', INF
     elseif paused > now then
@@ -608,12 +613,12 @@ local function reserve_parts(ctx, parts)
         retry = fit_time(p, v, p.key, p.hkey, now, p.amount)
       end
     end
-    checks[i] = {reason, retry}
+    reasons[i], retries[i] = reason, retry
     views[i] = v
   end
   local live, shadow, unsat = {}, {}, false
   for i, p in ipairs(parts) do
-    local reason, retry = checks[i][1], checks[i][2]
+    local reason, retry = reasons[i], retries[i]
     if reason then
       local row = {p.name, reason, retry}
       if p.shadow then
@@ -635,7 +640,7 @@ local function reserve_parts(ctx, parts)
   end
   local taken = {}
   for i, p in ipairs(parts) do
-    if checks[i][1] or not views[i] then
+    if reasons[i] or not views[i] then
       local left = 0
       if views[i] then left = views[i].avail end
       taken[i] = {0, 0, 1, left}
