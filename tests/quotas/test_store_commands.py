@@ -58,7 +58,10 @@ def test_it_reads_and_writes_each_bucket_once_in_reserve_and_in_reconcile(redis_
     assert "hget" not in reserved and "zrangebyscore" not in reserved
     # reconcile: the requests bucket is left alone (actual = estimate); the holder is released
     assert settled["hmget"] == 1 + 2 and settled["hset"] == 2
-    assert settled["get"] == 1 + 1 and settled["set"] == 1 + 1
+    # the fixed window's GET and SET, the lease record's GET and its rewrite (a SET, or a
+    # SETRANGE of its state where the record is packed)
+    assert settled["get"] == 1 + 1
+    assert settled.get("set", 0) + settled.get("setrange", 0) == 1 + 1
     assert "hget" not in settled and "zrangebyscore" not in settled
     runner.run(store.client.aclose())
 
