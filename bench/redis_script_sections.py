@@ -28,7 +28,7 @@ SECTIONS = {
         ("local specs = specs_load", "admit 1: spec set, clock, epoch"),
         ("local rec = record_load", "admit 2: lease record (replay?)"),
         ("local Q = q_load", "admit 3: queue state"),
-        ("local rows, parts", "admit 4: entry and parts"),
+        ("local parts = {}", "admit 4: entry and parts"),
         ("local ctx = ", "admit 5: context"),
         ("  local res = reserve_parts", "admit 6: reserve_parts (views, takes)"),
         ("  if res.ok then", "admit 7: -"),

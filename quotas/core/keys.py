@@ -7,10 +7,23 @@ global (see ``quotas/store/README.md`` for how a Cluster port splits them per sl
 
 from __future__ import annotations
 
-from quotas.core.model import BucketSpec
+from quotas.core.model import BucketSpec, Rule
+
+# Rules whose state is packed doubles (lua/lib.lua: one string of three for refill, fixed
+# window and ramp; a hash of packed slices for a rolling window) instead of a hash of numbers:
+# their keys say so (":bp:"), so that a Redis still holding the layout before's ":b:" keys (a
+# deploy during traffic) is never read with the wrong layout; the scripts read such a key when
+# the packed one is missing. Concurrency keeps its hash of numbers at ":b:".
+PACKED_RULES = frozenset({Rule.REFILL, Rule.FIXED_WINDOW, Rule.RAMP, Rule.ROLLING_WINDOW})
 
 
 def bucket_key(prefix: str, spec: BucketSpec) -> str:
+    layout = "bp" if spec.rule in PACKED_RULES else "b"
+    return f"{prefix}:{{{spec.scope}}}:{layout}:{spec.name}"
+
+
+def legacy_bucket_key(prefix: str, spec: BucketSpec) -> str:
+    """Where the layout before kept the bucket (a hash of numbers for every rule)."""
     return f"{prefix}:{{{spec.scope}}}:b:{spec.name}"
 
 

@@ -39,7 +39,7 @@ from quotas.core.model import (
     Usage,
 )
 from quotas.store.redis import SPEC_ARG, RedisReservationStore, queue_prefix
-from quotas.store.wire import f_, parse_reserve, s_
+from quotas.store.wire import f_, parse_packed_grant, parse_reserve, s_
 
 LUA = Path(__file__).with_name("lua")
 SEP = b"\x1f"
@@ -91,9 +91,13 @@ class RedisQueueStore:
 
     def _verdict(self, rid: str, raw: bytes | str) -> Verdict:
         data = raw.encode() if isinstance(raw, str) else raw
+        if data[:1] == b"g":
+            parts, lease = self._pending[rid]
+            return parse_packed_grant(rid, data, parts, lease, SEP)
         fields = data.split(SEP)
         if fields[0] == b"Q":
             return parse_refusal(rid, fields)
+        # a grant as text: reserve.lua's 'G' reply, from a pump of the version before
         parts, lease = self._pending[rid]
         grant = parse_reserve(rid, fields, parts, lease)
         assert isinstance(grant, Grant)

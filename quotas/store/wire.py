@@ -111,6 +111,31 @@ def parse_reserve(
     )
 
 
+GRANT_HEAD = struct.Struct("<dB")  # now, n
+GRANT_PART = struct.Struct("<dBd")  # marker, skipped, remaining
+
+
+def parse_packed_grant(
+    reservation_id: str,
+    data: bytes,
+    parts: Sequence[tuple[BucketSpec, float]],
+    lease: float,
+    sep: bytes,
+) -> Grant:
+    """The fair queue's packed grant (queue_lib.lua q_grant_packed): b'g', now and n, then per
+    part its marker, skipped and remaining as doubles (skipped a byte), then ``sep``, the
+    shadow refusals' count and rows as text."""
+    now, n = GRANT_HEAD.unpack_from(data, 1)
+    at = 1 + GRANT_HEAD.size
+    taken = []
+    for (spec, amount), (marker, skipped, left) in zip(
+        parts, GRANT_PART.iter_unpack(data[at : at + GRANT_PART.size * n]), strict=True
+    ):
+        taken.append(GrantPart(spec, 0.0 if skipped else amount, marker, skipped == 1, left))
+    shadow, _ = refusals(data[at + GRANT_PART.size * n + 1 :].split(sep), 0)
+    return Grant(reservation_id, now, now + lease, tuple(taken), shadow)
+
+
 def parse_extend(grant: Grant, reply: Sequence[Any]) -> Extension:
     """extend.lua's reply: the lease with its amounts after the step, a refusal, or why the
     lease no longer holds."""

@@ -1,5 +1,6 @@
 """What the Lua costs Redis per bucket (issue 19): each bucket's state is read with one command
-and written with one; a concurrency bucket sweeps its holders for run-out leases only once one
+and written with one (a GET and a SET of its packed string, or an HMGET and an HSET of its
+hash); a concurrency bucket sweeps its holders for run-out leases only once one
 can have run out (its 'nx'), and that sweep still frees every run-out lease on time. On a
 private redis-server, so command counts are the store's alone."""
 
@@ -49,13 +50,18 @@ def test_it_reads_and_writes_each_bucket_once_in_reserve_and_in_reconcile(redis_
     assert runner.run(store.reconcile(grant, ACTUAL, now=T + 3)).outcome is Outcome.RECONCILED
     settled = calls(admin)
 
-    # reserve: the epoch and each bucket one HMGET; each bucket one HSET; the holder's ZADD
-    assert reserved["hmget"] == 1 + len(BUCKETS)
-    assert reserved["hset"] == len(BUCKETS)
+    # reserve: the epoch one HMGET; a packed bucket (refill, fixed window) one GET and one SET,
+    # a hash bucket (rolling window, concurrency) one HMGET and one HSET; the lease record one
+    # GET (a replay?) and one SET; the holder's ZADD
+    assert reserved["hmget"] == 1 + 2 and reserved["hset"] == 2
+    assert reserved["get"] == 2 + 1 and reserved["set"] == 2 + 1
     assert "hget" not in reserved and "zrangebyscore" not in reserved
     # reconcile: the requests bucket is left alone (actual = estimate); the holder is released
-    assert settled["hmget"] == 1 + len(BUCKETS) - 1
-    assert settled["hset"] == len(BUCKETS) - 1
+    assert settled["hmget"] == 1 + 2 and settled["hset"] == 2
+    # the fixed window's GET and SET, the lease record's GET and its rewrite (a SET, or a
+    # SETRANGE of its state where the record is packed)
+    assert settled["get"] == 1 + 1
+    assert settled.get("set", 0) + settled.get("setrange", 0) == 1 + 1
     assert "hget" not in settled and "zrangebyscore" not in settled
     runner.run(store.client.aclose())
 

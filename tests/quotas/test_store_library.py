@@ -96,7 +96,7 @@ def test_a_script_error_is_raised_not_taken_for_a_lost_library(redis_server, run
     assert isinstance(grant, Grant)
     [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
     admin.delete(key)
-    admin.set(key, "not a hash")
+    admin.hset(key, "not", "a packed string")  # the refill bucket's state is a string
     admin.config_resetstat()
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         runner.run(store.reserve("b", [RPM], DEMAND))

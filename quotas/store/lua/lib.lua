@@ -13,11 +13,18 @@
 -- x1..x4: fixed_window = four consecutive reset instants; rolling_window x1 = slices;
 -- ramp x1 = factor (capacity is the ramp's floor). Each bucket has two KEYS: its hash and its
 -- holders sorted set (concurrency: reservation id -> lease expiry); reserve adds the scope's
--- pause key. Hash fields: refill level/ts, fixed wstart/wend/used, rolling total/lo/hi/s<k>,
--- concurrency held/h:<id>/nx (nx: no holder's lease expires before it, so the holders' sweep
--- is skipped until then; learned limits also lc as of lt, lg = growing), ramp
--- cur/cur_used/prev_used; 'exp' = until when the key's TTL is known to run (TTLs only ever
--- drop state that no longer matters, so they are set lazily).
+-- pause key. A refill, fixed window or ramp bucket's state is one string of three doubles
+-- (struct.pack PACK3, read with one GET and written with one SET: no number formatted or
+-- parsed): refill level/ts/exp, fixed wstart/wend/used, ramp cur/cur_used/prev_used. A
+-- rolling window keeps a hash of packed doubles: 'p' = total/lo/hi/exp (PACK4) and s<k> per
+-- slice. Concurrency keeps a hash of numbers: held/h:<id>/nx (nx: no holder's lease expires
+-- before it, so the holders' sweep is skipped until then; learned limits also lc as of lt,
+-- lg = growing). 'exp' = until when the key's TTL is known to run (TTLs only ever drop state
+-- that no longer matters, so they are set lazily).
+-- The packed buckets' keys say so (quotas/core/keys.py: ':bp:' where the layout before, a
+-- hash of numbers, has ':b:'); a packed key that is missing is read from (a rolling window:
+-- copied from) the layout before's key, if there is one (packed_legacy, rolling_legacy), so a
+-- deploy during traffic keeps what the buckets hold.
 
 local MARGIN_MS = 60000
 local HOLDER_SCAN = 256
@@ -125,14 +132,16 @@ local function spec_meta(t, i)
   if not meta then
     local at = 8 + 5 * (i - 1)
     meta = part_meta(t[at], {blob = t[at], key = t[at + 1], hkey = t[at + 2],
-                             pkey = t[at + 3], sidev = t[at + 4]})
+                             pkey = t[at + 3], sidev = t[at + 4], side = t[at + 4] == 1,
+                             own = t[at + 4] == 2})
     t.metas[i] = meta
   end
   return meta
 end
 
 -- Part i of a spec set: read_part's fields with .blob, .key, .hkey, .pkey and .sidev (the
--- side, 0 shared, 1 pool, 2 own) set.
+-- side, 0 shared, 1 pool, 2 own) set, and .side / .own as the fair queue's parts have them
+-- (queue_lib.lua q_parts).
 local function spec_part(t, i)
   return setmetatable({}, spec_meta(t, i))
 end
@@ -172,48 +181,118 @@ local function num(x)
   return nil
 end
 
+-- A packed bucket's three doubles (the file's head: refill level, ts, exp; fixed window
+-- wstart, wend, used; ramp cur, cur_used, prev_used), or nil when it has no state. When the
+-- packed key is missing, the hash of the layout before (same name with ':b:', written by a
+-- gateway of the previous version during a deploy) is read instead; its fourth value, fresh,
+-- is then true: the packed key has no TTL yet, so its first write must set one.
+local PACK3 = '<ddd'
+local LEGACY_FIELDS = {refill = {'level', 'ts', 'exp'},
+                       fixed_window = {'wstart', 'wend', 'used'},
+                       ramp = {'cur', 'cur_used', 'prev_used'}}
+
+local PACKED = {refill = true, fixed_window = true, ramp = true, rolling_window = true}
+local PACK4, SLICE = '<dddd', '<d'  -- a rolling window's 'p' and one slice's sum
+
+-- A packed bucket's key in the hash layout (':b:' for ':bp:', quotas/core/keys.py), and back.
+local function hash_layout_key(p, key)
+  return string.sub(key, 1, #key - #p.name - 4) .. ':b:' .. p.name
+end
+
+local function packed_layout_key(p, key)
+  return string.sub(key, 1, #key - #p.name - 3) .. ':bp:' .. p.name
+end
+
+local function packed_legacy(p, key)
+  local old = hash_layout_key(p, key)
+  local f = LEGACY_FIELDS[p.rule]
+  local h = redis.call('HMGET', old, f[1], f[2], f[3])
+  if not h[1] then return nil end
+  return tonumber(h[1]), num(h[2]), num(h[3]), true
+end
+
+-- A rolling window's hash of the layout before (total, lo, hi, exp, s<k> as numbers), if
+-- there is one, copied into key as this layout's (same TTL); true if there was one.
+local function rolling_legacy(p, key)
+  local old = hash_layout_key(p, key)
+  local raw = redis.call('HGETALL', old)
+  local t = {}
+  for i = 1, #raw, 2 do t[raw[i]] = raw[i + 1] end
+  if not t.total then return false end
+  local args = {'HSET', key, 'p', struct.pack(PACK4, tonumber(t.total), tonumber(t.lo),
+                                              tonumber(t.hi), tonumber(t.exp or '0'))}
+  for name, value in pairs(t) do
+    if string.sub(name, 1, 1) == 's' then
+      args[#args + 1] = name
+      args[#args + 1] = struct.pack(SLICE, tonumber(value))
+    end
+  end
+  redis.call(unpack(args))
+  local ttl = redis.call('PTTL', old)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+  return true
+end
+
+-- A slice's sum as HGET / HMGET gave it (false or nil: 0).
+local function slice_value(raw)
+  if raw then return (struct.unpack(SLICE, raw)) end
+  return 0
+end
+
+local function packed_read(p, key)
+  local state = redis.call('GET', key)
+  if not state then return packed_legacy(p, key) end
+  local a, b, c = struct.unpack(PACK3, state)
+  return a, b, c, false
+end
+
 -- A concurrency hash's nx when no holder is left (hold() lowers it to the next expiry).
 local NO_HOLDER = 1e300
 
 -- view: bring a bucket to now. Returns {exists, avail, a, b, c, ...} like core View.
 -- extra: one more hash field the caller will read (settle: its own holder 'h:<id>', or its
 -- marker's rolling slice), read in the same HMGET: v.extra (false when missing). Each rule
--- reads its state with one HMGET; a rolling window reads now's slice with it (v.cur).
+-- reads its state with one command (a packed bucket a GET, the others an HMGET); a rolling
+-- window reads now's slice with it (v.cur).
 local function view(p, key, hkey, now, born, limit, extra)
   if p.rule == 'refill' then
-    local h = redis.call('HMGET', key, 'level', 'ts', 'exp')
-    if not h[1] then
-      local level = math.min(p.cap, (now - born) * p.cap / p.period)
+    local level, ts, exp, fresh = packed_read(p, key)
+    if fresh then exp = nil end  -- the packed key has no TTL yet
+    if not level then
+      level = math.min(p.cap, (now - born) * p.cap / p.period)
       return {exists = false, avail = level, a = level}
     end
-    local level, ts = tonumber(h[1]), tonumber(h[2])
     if now > ts then
       level = math.min(p.cap, level + (now - ts) * p.cap / p.period)
     end
-    return {exists = true, ts = ts, exp = num(h[3]), avail = level, a = level}
+    return {exists = true, ts = ts, exp = exp, avail = level, a = level}
   elseif p.rule == 'fixed_window' then
     local start, stop = window_of(p, now)
-    local h = redis.call('HMGET', key, 'wstart', 'used')
+    local wstart, _, wused, fresh = packed_read(p, key)
     local used, same = 0, false
-    if h[1] and tonumber(h[1]) == start then
-      used, same = tonumber(h[2]), true
+    if wstart == start then
+      used, same = wused, true
     end
-    return {exists = h[1] ~= false, same = same, avail = p.cap - used, a = start, b = stop,
-            c = used}
+    -- fresh: read from the layout before; the packed key gets its TTL when written
+    return {exists = wstart ~= nil, same = same and not fresh, avail = p.cap - used, a = start,
+            b = stop, c = used}
   elseif p.rule == 'rolling_window' then
     local width = p.period / p.x1
     local k_now = math.floor(now / width)
     local k_min = math.floor((now - p.period) / width)
-    local h = redis.call('HMGET', key, 'total', 'lo', 'hi', 'exp', slice_field(k_now),
-      extra or 'exp')
-    if h[1] and k_min > tonumber(h[3]) then
+    local h = redis.call('HMGET', key, 'p', slice_field(k_now), extra or 'p')
+    if not h[1] and rolling_legacy(p, key) then
+      h = redis.call('HMGET', key, 'p', slice_field(k_now), extra or 'p')
+    end
+    local total, lo, hi, exp
+    if h[1] then total, lo, hi, exp = struct.unpack(PACK4, h[1]) end
+    if h[1] and k_min > hi then
       redis.call('DEL', key)
       h = {false}
     end
     if not h[1] then
       return {exists = false, avail = p.cap, a = k_now, total = 0, cur = false, extra = false}
     end
-    local total, lo, hi = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
     if lo < k_min then
       local last = math.min(k_min - 1, lo + p.x1 + 2)
       local k = lo
@@ -221,16 +300,16 @@ local function view(p, key, hkey, now, born, limit, extra)
         local f = slice_field(k)
         local v = redis.call('HGET', key, f)
         if v then
-          total = total - tonumber(v)
+          total = total - slice_value(v)
           redis.call('HDEL', key, f)
         end
         k = k + 1
       end
       lo = k_min
-      redis.call('HSET', key, 'total', total, 'lo', lo)
+      redis.call('HSET', key, 'p', struct.pack(PACK4, total, lo, hi, exp))
     end
-    return {exists = true, exp = num(h[4]), avail = p.cap - total, a = k_now, total = total,
-            lo = lo, hi = hi, cur = h[5], extra = extra and h[6]}
+    return {exists = true, exp = exp, avail = p.cap - total, a = k_now, total = total,
+            lo = lo, hi = hi, cur = h[2], extra = extra and h[3]}
   elseif p.rule == 'concurrency' then
     local h = redis.call('HMGET', key, 'held', 'exp', 'lc', 'lt', 'lg', 'nx', extra or 'nx')
     if not h[1] then
@@ -268,10 +347,9 @@ local function view(p, key, hkey, now, born, limit, extra)
   end
   -- ramp
   local idx = math.floor(now / p.period)
-  local h = redis.call('HMGET', key, 'cur', 'cur_used', 'prev_used')
+  local cur, hc, hp, fresh = packed_read(p, key)
   local cu, pu, same = 0, 0, false
-  if h[1] then
-    local cur, hc, hp = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
+  if cur then
     if idx == cur then
       cu, pu, same = hc, hp, true
     elseif idx == cur + 1 then
@@ -283,7 +361,8 @@ local function view(p, key, hkey, now, born, limit, extra)
     end
   end
   local allowance = math.max(p.cap, p.x1 * pu)
-  return {exists = h[1] ~= false, same = same, avail = allowance - cu, a = idx, b = cu, c = pu}
+  return {exists = cur ~= nil, same = same and not fresh, avail = allowance - cu, a = idx,
+          b = cu, c = pu}
 end
 
 -- fit_time: earliest time amount fits with no other traffic (now if it fits, INF if never).
@@ -301,7 +380,7 @@ local function fit_time(p, v, key, hkey, now, amount)
     local freed = 0
     local k = v.lo
     while k <= v.hi do
-      freed = freed + tonumber(redis.call('HGET', key, slice_field(k)) or '0')
+      freed = freed + slice_value(redis.call('HGET', key, slice_field(k)))
       if freed >= need then return (k + 1) * width + p.period end
       k = k + 1
     end
@@ -329,19 +408,17 @@ local function rolling_add(p, v, key, k, amount, now)
   local need = now + p.period + p.period / p.x1
   if not v.exists then
     local e = need + p.period / 4
-    redis.call('HSET', key, 'total', amount, 'lo', k, 'hi', k, f, amount,
-      'exp', e)
+    redis.call('HSET', key, 'p', struct.pack(PACK4, amount, k, k, e), f,
+      struct.pack(SLICE, amount))
     redis.call('PEXPIRE', key, ttl_ms(e - now))
     return
   end
-  local have = tonumber(v.cur or '0')  -- k is now's slice, read by view
-  redis.call('HSET', key, f, have + amount, 'total', v.total + amount,
-    'hi', math.max(v.hi, k), 'lo', math.min(v.lo, k))
-  if not (v.exp and v.exp >= need) then
-    local e = need + p.period / 4
-    redis.call('HSET', key, 'exp', e)
-    redis.call('PEXPIRE', key, ttl_ms(e - now))
-  end
+  local have = slice_value(v.cur)  -- k is now's slice, read by view
+  local e, longer = v.exp, v.exp < need  -- exp 0: not known (copied from the layout before)
+  if longer then e = need + p.period / 4 end
+  redis.call('HSET', key, f, struct.pack(SLICE, have + amount), 'p',
+    struct.pack(PACK4, v.total + amount, math.min(v.lo, k), math.max(v.hi, k), e))
+  if longer then redis.call('PEXPIRE', key, ttl_ms(e - now)) end
 end
 
 local function write_refill(p, v, key, now, level)
@@ -350,22 +427,29 @@ local function write_refill(p, v, key, now, level)
   -- Expiring is harmless once the bucket would be full again (and past born + period).
   local need = now + (p.cap - level) * p.period / p.cap + p.period
   if v.exp and v.exp >= need then
-    redis.call('HSET', key, 'level', level, 'ts', ts)
+    redis.call('SET', key, struct.pack(PACK3, level, ts, v.exp), 'KEEPTTL')
   else
     local e = need + p.period
-    redis.call('HSET', key, 'level', level, 'ts', ts, 'exp', e)
-    redis.call('PEXPIRE', key, ttl_ms(e - now))
+    redis.call('SET', key, struct.pack(PACK3, level, ts, e), 'PX', ttl_ms(e - now))
   end
 end
 
 local function write_window(key, v, now, used)
-  redis.call('HSET', key, 'wstart', v.a, 'wend', v.b, 'used', used)
-  if not v.same then redis.call('PEXPIRE', key, ttl_ms(v.b - now)) end
+  local state = struct.pack(PACK3, v.a, v.b, used)
+  if v.same then
+    redis.call('SET', key, state, 'KEEPTTL')
+  else
+    redis.call('SET', key, state, 'PX', ttl_ms(v.b - now))
+  end
 end
 
 local function write_ramp(p, key, v, cu, pu)
-  redis.call('HSET', key, 'cur', v.a, 'cur_used', cu, 'prev_used', pu)
-  if not v.same then redis.call('PEXPIRE', key, ttl_ms(2 * p.period)) end
+  local state = struct.pack(PACK3, v.a, cu, pu)
+  if v.same then
+    redis.call('SET', key, state, 'KEEPTTL')
+  else
+    redis.call('SET', key, state, 'PX', ttl_ms(2 * p.period))
+  end
 end
 
 -- Hold a concurrency slot for id until expiry (exp: the hash's recorded 'exp', or nil; nx:
@@ -464,9 +548,10 @@ local function settle(p, v, key, hkey, now, taken, actual, marker, id)
       local have = v.extra  -- the marker's slice, read by view (settle_field)
       if have == nil then have = redis.call('HGET', key, f) end
       if k >= v.lo and have then
-        have = tonumber(have)
+        have = slice_value(have)
         local back = math.min(have, -diff)
-        redis.call('HSET', key, f, have - back, 'total', v.total - back)
+        redis.call('HSET', key, f, struct.pack(SLICE, have - back), 'p',
+          struct.pack(PACK4, v.total - back, v.lo, v.hi, v.exp))
       end
     end
   elseif p.rule == 'concurrency' then
@@ -505,11 +590,16 @@ local function reserve_parts(ctx, parts)
     at[i] = slot[p.pkey]
   end
   local pauses = redis.call('MGET', unpack(pkeys))
-  local checks, views = {}, {}
+  local reasons, retries, views = {}, {}, {}  -- per part (no table per part)
   for i, p in ipairs(parts) do
     local reason, retry, v = false, now, false
-    local paused = tonumber(pauses[at[i]] or '0')
-    if paused <= now then paused = 0 end
+    local paused = pauses[at[i]]  -- a pause end, or false (mostly: nothing to parse)
+    if paused then
+      paused = tonumber(paused)
+      if paused <= now then paused = 0 end
+    else
+      paused = 0
+    end
     if p.rule ~= 'ramp' and p.amount > p.cap then
       reason, retry = 'unsatisfiable', INF
     elseif paused > now then
@@ -523,12 +613,12 @@ local function reserve_parts(ctx, parts)
         retry = fit_time(p, v, p.key, p.hkey, now, p.amount)
       end
     end
-    checks[i] = {reason, retry}
+    reasons[i], retries[i] = reason, retry
     views[i] = v
   end
   local live, shadow, unsat = {}, {}, false
   for i, p in ipairs(parts) do
-    local reason, retry = checks[i][1], checks[i][2]
+    local reason, retry = reasons[i], retries[i]
     if reason then
       local row = {p.name, reason, retry}
       if p.shadow then
@@ -550,7 +640,7 @@ local function reserve_parts(ctx, parts)
   end
   local taken = {}
   for i, p in ipairs(parts) do
-    if checks[i][1] or not views[i] then
+    if reasons[i] or not views[i] then
       local left = 0
       if views[i] then left = views[i].avail end
       taken[i] = {0, 0, 1, left}

@@ -42,16 +42,28 @@ local Q = q_load(specs[4], flow)
 local depth = redis.call('ZCARD', Q.d)
 if depth > 0 and q_entry_load(Q, id) then return {'W', fmt(now), id, fmt(Q.nf)} end
 
-local rows, parts = {}, {}
+-- The parts straight from the spec set (their fields cached with it); the entry's rows
+-- (queue_lib.lua q_entry_pack) are made only when it joins the queue.
+local parts = {}
 for i = 1, n do
-  local at = 8 + 5 * (i - 1)
-  rows[i] = {specs[at], tonumber(ARGV[12 + i]), specs[at + 1], specs[at + 2], specs[at + 3],
-             specs[at + 4]}
+  local p = spec_part(specs, i)
+  p.amount = tonumber(ARGV[12 + i])
+  parts[i] = p
 end
 local e = {id = id, flow = flow, weight = tonumber(ARGV[4]), cost = tonumber(ARGV[5]),
            burst = tonumber(ARGV[6]), deadline = deadline, lease = lease, mailbox = ARGV[9],
-           rkey = rkey, parts = rows, lane = specs[2]}
-parts = q_parts(e)
+           rkey = rkey, lane = specs[2], packed = true}
+
+local function join()
+  local rows = {}
+  for i = 1, n do
+    local at = 8 + 5 * (i - 1)
+    rows[i] = {specs[at], parts[i].amount, specs[at + 1], specs[at + 2], specs[at + 3],
+               specs[at + 4]}
+  end
+  e.parts = rows
+  q_join(Q, e, now)
+end
 for _, p in ipairs(parts) do
   if not p.shadow and p.rule ~= 'ramp' and p.amount > p.cap then
     return {'V', q_refusal(now, 'unsatisfiable', p.name, INF, '', {})}
@@ -73,7 +85,7 @@ if depth == 0 then
   if no_wait then
     return {'V', q_refusal(now, res.reason, res.bucket, res.retry, '', res.live)}
   end
-  q_join(Q, e, now)
+  join()
   redis.call('HSET', Q.s, 'nf', fmt(res.retry))
   return {'W', fmt(now), id, fmt(res.retry)}
 end
@@ -98,7 +110,7 @@ if not no_wait then
     q_drop(Q, victim, refusal, now, true, true)
   end
 end
-q_join(Q, e, now)
+join()
 local next_fit, _, _, mine = q_pump(Q, ctx, id)
 if mine then return {'V', mine} end
 local refusal

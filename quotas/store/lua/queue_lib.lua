@@ -18,7 +18,8 @@
 --   qp:f:<lk>  list   entry ids, FIFO
 --   qp:e:<id>  string 'Q' .. msgpack entry while waiting; 'V' .. verdict once decided
 -- Entry and bucket keys are read from the entries (standalone Redis only, as reap.lua does).
--- A verdict is a \31-joined reply: a grant as reserve.lua's 'G' reply, or a refusal
+-- A verdict is a \31-joined reply: a grant (q_grant_reply: packed, or as reserve.lua's 'G'
+-- reply for an entry of the version before), or a refusal
 -- {'Q', now, reason, bucket, retry_at, queue_id, k, (name, reason, retry_at)*k}. Waiters'
 -- processes get {id .. \31 .. verdict} in their mailbox list.
 -- A mailbox is alive while the string <mailbox>:alive holds a time after now: set when one of
@@ -43,19 +44,37 @@ local function q_keys(qp)
 end
 
 -- An entry as stored: {id, flow, weight, cost, burst, deadline, lease, mailbox, rkey, parts,
--- lane} with parts[i] = {blob, amount, key, hkey, pkey, side}; side (core: fairqueue.Side) is
--- 0 shared with other flows, 1 the pool's, 2 the flow's own.
+-- lane, packed} with parts[i] = {blob, amount, key, hkey, pkey, side}; side (core:
+-- fairqueue.Side) is 0 shared with other flows, 1 the pool's, 2 the flow's own. A packed
+-- bucket's key is stored as the hash layout's (':b:', lib.lua hash_layout_key), so that a
+-- gateway of the version before, pumping during a deploy, takes from the hash it reads; this
+-- version's scripts use the packed key. packed: 1 when the entry's process reads a packed
+-- grant (q_grant_reply); missing in an entry of the version before.
 local function q_entry_load(Q, id)
   local raw = redis.call('GET', Q.qp .. ':e:' .. id)
   if not raw or string.sub(raw, 1, 1) ~= 'Q' then return nil, raw end
   local t = cmsgpack.unpack(string.sub(raw, 2))
+  for _, row in ipairs(t[10]) do
+    local p = read_part(row[1])
+    if PACKED[p.rule] then row[3] = packed_layout_key(p, row[3]) end
+  end
   return {id = t[1], flow = t[2], weight = t[3], cost = t[4], burst = t[5], deadline = t[6],
-          lease = t[7], mailbox = t[8], rkey = t[9], parts = t[10], lane = t[11] or ''}, raw
+          lease = t[7], mailbox = t[8], rkey = t[9], parts = t[10], lane = t[11] or '',
+          packed = t[12] == 1}, raw
 end
 
 local function q_entry_pack(e)
+  local rows = {}
+  for i, row in ipairs(e.parts) do
+    local p = read_part(row[1])
+    if PACKED[p.rule] then
+      rows[i] = {row[1], row[2], hash_layout_key(p, row[3]), row[4], row[5], row[6]}
+    else
+      rows[i] = row
+    end
+  end
   return 'Q' .. cmsgpack.pack({e.id, e.flow, e.weight, e.cost, e.burst, e.deadline, e.lease,
-                               e.mailbox, e.rkey, e.parts, e.lane})
+                               e.mailbox, e.rkey, rows, e.lane, 1})
 end
 
 -- The parts as reserve_parts wants them.
@@ -243,7 +262,37 @@ local function q_refusal(now, reason, bucket, retry_at, queue_id, rows)
   return table.concat(out, SEP)
 end
 
-local function q_grant_reply(now, n, res)
+-- A grant for a process of this version (packed): 'g' then struct.pack of now (double), n
+-- (byte) and per part its marker (double), skipped (byte) and remaining (double): no number
+-- formatted here nor parsed there (quotas/store/wire.py parse_packed_grant); then \31, the
+-- shadow refusals' count and rows as text, as in a refusal.
+local grant_formats = {}
+
+local function q_grant_packed(now, n, res)
+  local f = grant_formats[n]
+  if not f then
+    f = '<dB' .. string.rep('dBd', n)
+    grant_formats[n] = f
+  end
+  local values, at = {now, n}, 2
+  for i = 1, n do
+    local t = res.taken[i]
+    values[at + 1], values[at + 2], values[at + 3] = t[2], t[3], t[4]
+    at = at + 3
+  end
+  local out = {'g' .. struct.pack(f, unpack(values, 1, at)), #res.shadow}
+  for _, row in ipairs(res.shadow) do
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[2]
+    out[#out + 1] = fmt(row[3])
+  end
+  return table.concat(out, SEP)
+end
+
+-- packed: the waiter's process reads packed grants (else reserve.lua's 'G' reply, \31-joined:
+-- an entry of the version before).
+local function q_grant_reply(now, n, res, packed)
+  if packed then return q_grant_packed(now, n, res) end
   local out = {'G', fmt(now), n}
   for i = 1, n do
     local marker = res.taken[i][2]
@@ -265,7 +314,7 @@ local function q_lease(ctx, e, parts, res)
   local rec = record_new(e.id, ctx.now, ctx.expiry, parts, res.taken)
   record_write(e.rkey, rec, ctx.now, ctx.retention)
   redis.call('ZADD', ctx.index, ctx.expiry, e.rkey)
-  return q_grant_reply(ctx.now, #parts, res)
+  return q_grant_reply(ctx.now, #parts, res, e.packed)
 end
 
 -- A lower bound on when a refused request can be admitted (core: earliest_admission):

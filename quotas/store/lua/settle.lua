@@ -63,10 +63,22 @@ for _, row in ipairs(rec.rows) do
         local v = view(p, p.key, p.hkey, now, born, limit, settle_field(p, marker, id))
         settle(p, v, p.key, p.hkey, now, seg, held, marker, id)
       end
-      out[#out + 1] = fmt(taken)
-      out[#out + 1] = fmt(actual)
-      out[#out + 1] = fmt(math.max(0, seg - held))
-      out[#out + 1] = fmt(math.max(0, held - seg))
+      -- released and charged: one of them is 0 (no number to format); actual as taken when
+      -- they are equal (a request count, an exact estimate): formatted once
+      local shown = fmt(taken)
+      out[#out + 1] = shown
+      if actual ~= taken then shown = fmt(actual) end
+      out[#out + 1] = shown
+      if seg > held then
+        out[#out + 1] = fmt(seg - held)
+        out[#out + 1] = '0'
+      elseif held > seg then
+        out[#out + 1] = '0'
+        out[#out + 1] = fmt(held - seg)
+      else
+        out[#out + 1] = '0'
+        out[#out + 1] = '0'
+      end
     end
   end
 end
