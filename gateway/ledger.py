@@ -187,8 +187,7 @@ class LedgerBuffer:
     async def flush(self, now: float) -> None:
         """Append the gathered records; if Redis was born anew since the last look, the kept
         ones first. Gathered records stay gathered when Redis fails."""
-        while self.appended and self.appended[0][0] < now - settings.LEDGER_RETAIN_SECONDS:
-            self.appended.popleft()
+        self._forget(now)
         batch, self.records = self.records, []
         # A write Redis did not take is not tried again: it is a hint (a conversation's pin),
         # and a later one may already have replaced it.
@@ -199,13 +198,28 @@ class LedgerBuffer:
             self.records[:0] = batch  # kept for the next flush
             raise
         if batch:
-            self.appended.append((now, batch))
+            self._keep(now, batch)
             self._appended += len(batch)
+
+    def _keep(self, now: float, records: list[bytes]) -> None:
+        """Keep ``records``, appended at ``now``, and let go of those kept long enough. Here and
+        not only in the flush: under a steady load of carried answers no flush may run for
+        minutes (each answer's pin arms the batch timer, and its settle takes the pin first)."""
+        self._forget(now)
+        self.appended.append((now, records))
+
+    def _forget(self, now: float) -> None:
+        while self.appended and self.appended[0][0] < now - settings.LEDGER_RETAIN_SECONDS:
+            self.appended.popleft()
+
+    def kept(self) -> list[bytes]:
+        """The records appended lately, oldest first, as they were appended."""
+        return [record for _, batch in self.appended for record in batch]
 
     async def _born_seen(self, born: bytes) -> None:
         """If Redis was born anew since the last look, append the kept records again."""
         if self.born is not None and born != self.born:
-            kept = [record for _, old in self.appended for record in old]
+            kept = self.kept()
             log.warning("Redis lost its data: %d ledger records appended again", len(kept))
             if kept:
                 await _append(kept)
@@ -250,8 +264,7 @@ class LedgerBuffer:
         # %.17g there: the same floats).
         settlement = orjson.dumps({k: reservation[k] for k in ("outcome", "settled")})
         size = len(carry.settled).to_bytes(4, "big")
-        appended = [CARRIED + size + carry.settled + settlement, *carry.records]
-        self.appended.append((time.monotonic(), appended))
+        self._keep(time.monotonic(), [CARRIED + size + carry.settled + settlement, *carry.records])
         if self._flusher is None or self._flusher.done():
             # Look for a lost Redis while the kept records are not yet stored (_flush_soon).
             self._watching = True

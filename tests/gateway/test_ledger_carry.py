@@ -146,3 +146,49 @@ def test_a_settle_that_cannot_carry_leaves_the_records_to_the_next_append(
     assert sorted(record_decode(item)["id"] for item in queued) == ["gen-mem", "mem:1"]
     assert ledger_flush() == 2
     assert Reservation.objects.get(id="mem:1").outcome == "reconciled"
+
+
+@pytest.mark.django_db
+def test_what_it_keeps_of_a_steady_stream_of_carried_answers_is_only_the_last_seconds(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Each answer writes a pin, which arms the batch timer, and its settle takes the pin: no
+    append of its own ever runs under a steady load, and what the process keeps in case Redis
+    restarts empty must still be let go after LEDGER_RETAIN_SECONDS (it was kept for the whole
+    run: peak RSS per worker grew with the run's length)."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    settings.LEDGER_RETAIN_SECONDS = 0.3
+    buffer = LedgerBuffer()
+
+    async def main() -> list[dict[str, Any]]:
+        client = sy_redis.async_client()
+        try:
+            store = RedisReservationStore(client, prefix=f"{redis_prefix}:q")
+            await store.bootstrap()
+            queue = BrokerQueue(RedisQueueStore(store))
+            for n in range(30):
+                grant = await _admit(queue, f"steady:{n}")
+                buffer.write(sy_redis.key("pin", "steady"), str(n).encode(), 60_000)
+                carry = buffer.carry(_reservation(f"steady:{n}"), [_generation(f"gen-{n}")])
+                result = await queue.reconcile(grant, ACTUAL, pool=POOL, carry=carry)
+                await buffer.carried(
+                    carry, _reservation(f"steady:{n}") | reservation_settled(result)
+                )
+                await asyncio.sleep(0.03)
+            await queue.close()
+            return [record_decode(item) for item in buffer.kept()]
+        finally:
+            await client.aclose()
+
+    started = time.time()
+    kept = asyncio.run(main())
+    took = time.time() - started
+
+    assert took > 0.9  # 30 answers over about a second
+    reservations = [int(r["id"].split(":")[1]) for r in kept if r["kind"] == "reservation"]
+    # the last ~0.3 s of answers (10 at 30 ms each, give or take a slice), not all 30
+    assert 3 <= len(reservations) <= 16, reservations
+    assert reservations == sorted(reservations) and reservations[-1] == 29
+    assert {r["id"] for r in kept if r["kind"] == "generation"} == {
+        f"gen-{n}" for n in reservations
+    }
