@@ -26,9 +26,10 @@ its own to wait for. Where the settle cannot carry them (a settle outside a fair
 in-memory store) or fails, they are gathered for the next append as any record is.
 
 Records appended are not yet stored: a Redis that restarts empty loses them. So each process
-keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second) and, in the same
-round trip as each append, reads the ledger's birth mark: a mark it has not seen before means
-Redis lost its data, and the process appends its kept records again (issue 13).
+keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second; kept as bytes,
+``gateway.ledger_kept``) and, in the same round trip as each append or carrying settle, reads
+the ledger's birth mark: a mark it has not seen before means Redis lost its data, and the
+process appends its kept records again (issue 13).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import logging
 import time
 import uuid
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +51,7 @@ from django.db import models
 from common import redis as sy_redis
 from common.faultlog import faults
 from gateway.ledger_dictionary import DICTIONARY_1
+from gateway.ledger_kept import KeptRecords
 from gateway.models import Generation, StoredResponse
 from quotas.models import Reservation
 from quotas.store.base import LedgerCarry
@@ -117,7 +118,7 @@ class LedgerBuffer:
         self.records: list[bytes] = []
         # Small keys that ride with the next append (``ledger_write_later``): (key, value, ms).
         self.writes: list[tuple[str, bytes, int]] = []
-        self.appended: deque[tuple[float, list[bytes]]] = deque()  # (when, batch), oldest first
+        self.retained = KeptRecords()  # appended lately, in case Redis loses them
         self.born: bytes | None = None  # the ledger's birth mark when this process last looked
         self._flusher: asyncio.Task[None] | None = None
         self._watching = False  # the flusher sleeps only to look for a lost Redis
@@ -178,7 +179,7 @@ class LedgerBuffer:
             faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
         if self.records or self.writes:
             self._flusher = asyncio.create_task(self._flush_soon(settings.LEDGER_BATCH_SECONDS))
-        elif self.appended:
+        elif self.retained:
             # Kept records only: look for a lost Redis as often as the flush that stores them
             # runs (a round trip a second), not every batch time (20 a second, per process).
             self._watching = True
@@ -205,16 +206,14 @@ class LedgerBuffer:
         """Keep ``records``, appended at ``now``, and let go of those kept long enough. Here and
         not only in the flush: under a steady load of carried answers no flush may run for
         minutes (each answer's pin arms the batch timer, and its settle takes the pin first)."""
-        self._forget(now)
-        self.appended.append((now, records))
+        self.retained.keep(now, settings.LEDGER_RETAIN_SECONDS, records)
 
     def _forget(self, now: float) -> None:
-        while self.appended and self.appended[0][0] < now - settings.LEDGER_RETAIN_SECONDS:
-            self.appended.popleft()
+        self.retained.forget(now, settings.LEDGER_RETAIN_SECONDS)
 
     def kept(self) -> list[bytes]:
         """The records appended lately, oldest first, as they were appended."""
-        return [record for _, batch in self.appended for record in batch]
+        return self.retained.records()
 
     async def _born_seen(self, born: bytes) -> None:
         """If Redis was born anew since the last look, append the kept records again."""
@@ -264,7 +263,13 @@ class LedgerBuffer:
         # %.17g there: the same floats).
         settlement = orjson.dumps({k: reservation[k] for k in ("outcome", "settled")})
         size = len(carry.settled).to_bytes(4, "big")
-        self._keep(time.monotonic(), [CARRIED + size + carry.settled + settlement, *carry.records])
+        self.retained.keep_tailed(
+            time.monotonic(),
+            settings.LEDGER_RETAIN_SECONDS,
+            CARRIED + size + carry.settled,
+            settlement,  # its settlement: kept deflated with the others of the same second
+            carry.records,
+        )
         if self._flusher is None or self._flusher.done():
             # Look for a lost Redis while the kept records are not yet stored (_flush_soon).
             self._watching = True

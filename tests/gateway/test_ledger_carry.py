@@ -103,7 +103,7 @@ def test_an_answers_records_ride_in_its_settle_and_are_stored_with_its_settlemen
     }
     assert reservation["settled"]["carry:out"] == {"released": 150.0, "charged": 0.0}
     # what this process keeps in case Redis loses it before the flush: the same records
-    [(_, kept)] = buffer.appended
+    kept = buffer.kept()
     assert [record_decode(item) for item in kept] == [record_decode(item) for item in queued]
     assert ledger_flush() == 2
     row = Reservation.objects.get(id="carry:1")
@@ -192,3 +192,49 @@ def test_what_it_keeps_of_a_steady_stream_of_carried_answers_is_only_the_last_se
     assert {r["id"] for r in kept if r["kind"] == "generation"} == {
         f"gen-{n}" for n in reservations
     }
+
+
+@pytest.mark.django_db
+def test_carried_records_a_redis_restarted_empty_lost_are_appended_again_with_their_settlements(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """What the settles appended is kept (compactly: gateway/ledger_kept.py) until the flush
+    could have stored it: when Redis comes back empty, the next append sends it again, each
+    reservation record with the settlement its settle gave it."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    settings.LEDGER_RETAIN_SECONDS = 3.2  # slices of 0.2 s: the first answers' are over
+    buffer = LedgerBuffer()
+
+    async def main() -> dict[str, Any]:
+        client = sy_redis.async_client()
+        settled: dict[str, Any] = {}
+        try:
+            store = RedisReservationStore(client, prefix=f"{redis_prefix}:q")
+            await store.bootstrap()
+            queue = BrokerQueue(RedisQueueStore(store))
+            for n in range(4):
+                grant = await _admit(queue, f"lost:{n}")
+                carry = buffer.carry(_reservation(f"lost:{n}"), [_generation(f"gen-lost-{n}")])
+                result = await queue.reconcile(grant, ACTUAL, pool=POOL, carry=carry)
+                settlement = reservation_settled(result)
+                settled[f"lost:{n}"] = settlement["settled"]
+                await buffer.carried(carry, _reservation(f"lost:{n}") | settlement)
+                await asyncio.sleep(0.25)
+            await queue.close()
+            wiped = sy_redis.sync_client()
+            for name in wiped.scan_iter(match=f"{redis_prefix}:*"):  # Redis restarts empty
+                wiped.delete(name)
+            buffer.add({"kind": "generation", **_generation("gen-after")})
+            await buffer.flush(time.monotonic())  # finds a new birth mark: appends them again
+        finally:
+            await client.aclose()
+        return settled
+
+    settled = asyncio.run(main())
+
+    assert ledger_flush() == 9
+    for n in range(4):
+        row = Reservation.objects.get(id=f"lost:{n}")
+        assert row.outcome == "reconciled"
+        assert row.settled == settled[f"lost:{n}"]
+    assert Generation.objects.filter(id__startswith="gen-").count() == 5
