@@ -63,6 +63,6 @@ def test_settlements_of_a_slice_that_is_over_take_a_few_bytes_each() -> None:
 
     [first, _] = kept._slices
     assert isinstance(first.tails, bytes) and len(first.tails) < 300 * 10
-    assert len(first.records) == 300 * (4 + 14)
+    assert first.records.size == 300 * (4 + 14)
     last = kept.records()[299]
     assert last[:2] == b"\x03\x02" and last[14:] == _settlement(299)
