@@ -47,6 +47,10 @@ class Counters:
                 calls, usec = calls + s["calls"], usec + s["usec"]
         return {"calls": calls, "usec": usec, "usec_per_call": usec / calls if calls else 0.0}
 
+    def client_calls(self, sent: Mapping[str, float]) -> float:
+        """Calls of the commands clients sent (``sent`` as for ``client_usec``)."""
+        return sum(s["calls"] * sent.get(n.split("|")[0], 1.0) for n, s in self.commands.items())
+
     def client_usec(self, sent: Mapping[str, float]) -> float:
         """Redis time of the commands clients sent (``sent``: see ``sent_shares``; a command
         the sample did not see counts whole)."""

@@ -40,7 +40,7 @@ SECTIONS = {
         ("local rec = record_load", "settle 2: lease record"),
         ("local by_name", "settle 3: parts by name"),
         ("local out = {release", "settle 4: views, settles, reply rows"),
-        ("rec.state = release", "settle 5: lease record written"),
+        ("record_mark(rkey, rec, release", "settle 5: lease record marked, lease index"),
     ],
 }
 PROBE = """

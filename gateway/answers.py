@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -22,7 +22,15 @@ from gateway.dispatch import Attempt
 from gateway.doors.base import Rendering
 from gateway.providers.base import Usage
 from gateway.quality import tool_calls_malformed
-from gateway.records import generation_record, reservation_record, usage_cost
+from gateway.records import (
+    Answered,
+    generation_record,
+    reservation_metrics,
+    reservation_record,
+    reservation_settled,
+    reservation_taken,
+    usage_cost,
+)
 from gateway.responses import json_response, response_headers
 from gateway.steps import StreamSteps
 from gateway.streaming import StreamEnd, relay
@@ -86,50 +94,95 @@ async def answer_complete(
     call.ttft = call.elapsed()
     usage = completion.usage or admitted.estimated_usage()
     cost = usage_cost(endpoint, usage)
-    await answered_settle(call, admitted, broker, usage, cost)
-    admitted.learn(usage)
-    broker.observe_later(admitted.buckets, attempt.limits)
-    calls = [
-        call_
-        for choice in completion.body.get("choices") or ()
-        for call_ in (choice.get("message") or {}).get("tool_calls") or ()
-    ]
-    answer_observe(call, live, admitted, usage, attempt.seconds, None, calls)
-    result = await call.door.answer(
-        admitted.request, completion, usage, _rendering(call, attempt, admitted)
-    )
-    call.reason = "ok"
-    response = json_response(result, headers=response_headers(call))
-    generation_record(call, status=200, usage=usage, finish_reason=completion.finish_reason)
-    return response
+    # The answer is made before the settle, so that its generation record rides in the
+    # settle's round trip (``answered_settle``); an answer that fails to render settles as before.
+    try:
+        result = await call.door.answer(
+            admitted.request, completion, usage, _rendering(call, attempt, admitted)
+        )
+    except BaseException:
+        await answered_settle(call, admitted, broker, usage, cost)
+        raise
+    responses: list[HttpResponse] = []
+
+    def answered() -> Answered:
+        admitted.learn(usage)
+        broker.observe_later(admitted.buckets, attempt.limits)
+        calls = [
+            call_
+            for choice in completion.body.get("choices") or ()
+            for call_ in (choice.get("message") or {}).get("tool_calls") or ()
+        ]
+        answer_observe(call, live, admitted, usage, attempt.seconds, None, calls)
+        call.reason = "ok"
+        responses.append(json_response(result, headers=response_headers(call)))
+        own = Answered()
+        generation_record(
+            call, status=200, usage=usage, finish_reason=completion.finish_reason, into=own
+        )
+        return own
+
+    await answered_settle(call, admitted, broker, usage, cost, answered)
+    return responses[0]
 
 
 async def answered_settle(
-    call: Call, admitted: Admitted, broker: Broker, usage: Usage, cost: float
+    call: Call,
+    admitted: Admitted,
+    broker: Broker,
+    usage: Usage,
+    cost: float,
+    answered: Callable[[], Answered] = Answered,
 ) -> None:
     """Settle the grant of an attempt the provider answered (C6) and record it (C8).
+
+    ``answered`` runs once the reservation record is taken (its reason is the one before the
+    answer's) and returns the answer's own ledger records: they, the reservation record and
+    the pins waiting for the ledger's next append ride in the settle's round trip, the
+    settle completing the reservation record with its outcome (``ledger.ledger_carry``), so an
+    answer needs no append of its own (I2 holds when the settle returns).
 
     With Redis away the answer still counts: the provider made it and charged for it, and
     turning it into a 503 would throw it away (a job would end failed, a retry would pay
     twice). The grant is then left to its lease, which runs out and is reaped and recorded
-    with its estimates standing (C9). A stream in steps settles after its last step landed."""
+    with its estimates standing (C9); the answer's records wait for the ledger's next append.
+    A stream in steps settles after its last step landed."""
     await admitted.steps_over()
-    try:
-        settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost))
-    except RedisError:
-        faults.warning(log, "settle:redis", "an answered request's reservation was left to expire")
-        admitted.settled = True
-        return
-    admitted.settled = True
-    reservation_record(
+    taken = reservation_taken(
         call,
         admitted.endpoint,
         admitted.grant,
-        settled,
         estimated_spend=admitted.spend,
         usage=usage,
-        reserved_output=admitted.reserved_output,
     )
+    failed: Exception | None = None
+    try:
+        own = answered()
+    except Exception as exc:  # settled all the same (as when the settle came first), then raised
+        own, failed = Answered(), exc
+    carry = ledger.ledger_carry(taken, own.records)
+    try:
+        settled = await broker.reconcile(admitted.grant, actual_usage(usage, cost), carry=carry)
+    except RedisError:
+        own.count()
+        ledger.ledger_uncarried(carry)
+        faults.warning(log, "settle:redis", "an answered request's reservation was left to expire")
+        admitted.settled = True
+        if failed is not None:
+            raise failed from None
+        return
+    except BaseException:
+        carry.records.clear()  # not this answer's records: the error's (the caller's guard)
+        ledger.ledger_uncarried(carry)
+        raise
+    own.count()
+    admitted.settled = True
+    reservation_metrics(
+        call, admitted.endpoint, usage=usage, reserved_output=admitted.reserved_output
+    )
+    await ledger.ledger_carried(carry, taken | reservation_settled(settled))
+    if failed is not None:
+        raise failed
 
 
 def answer_stream(
@@ -156,29 +209,36 @@ def answer_stream(
     async def finish(end: StreamEnd) -> None:
         call.ttft = end.ttft
         call.reason = end.reason or "ok"
-        await answered_settle(call, admitted, broker, end.usage, usage_cost(endpoint, end.usage))
-        if end.usage_reported:
-            admitted.learn(end.usage)
-        broker.observe_later(admitted.buckets, attempt.limits)
-        if end.status == 200:
-            answer_observe(
+
+        def ended() -> Answered:
+            if end.usage_reported:
+                admitted.learn(end.usage)
+            broker.observe_later(admitted.buckets, attempt.limits)
+            if end.status == 200:
+                answer_observe(
+                    call,
+                    live,
+                    admitted,
+                    end.usage,
+                    time.monotonic() - upstream_started,
+                    end.upstream_ttft,
+                    end.tool_calls,
+                )
+            elif end.status != 499:
+                live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
+            own = Answered()
+            generation_record(
                 call,
-                live,
-                admitted,
-                end.usage,
-                time.monotonic() - upstream_started,
-                end.upstream_ttft,
-                end.tool_calls,
+                status=end.status,
+                usage=end.usage,
+                finish_reason=end.finish_reason,
+                cancelled=end.status == 499,
+                into=own,
             )
-        elif end.status != 499:
-            live.observe(endpoint.key, RoutingOutcome(kind="fault", latency_s=attempt.seconds))
-        generation_record(
-            call,
-            status=end.status,
-            usage=end.usage,
-            finish_reason=end.finish_reason,
-            cancelled=end.status == 499,
-        )
+            return own
+
+        cost = usage_cost(endpoint, end.usage)
+        await answered_settle(call, admitted, broker, end.usage, cost, ended)
         await ledger.ledger_committed()  # before the stream closes (I2)
         if end.status == 200:
             await idempotency.remember(call, 200, b"", {})

@@ -18,10 +18,18 @@ at once when none is under way, and the answers that come while one is share the
 high concurrency many answers take one round trip. LEDGER_COMMIT=false turns it off (records then
 wait up to LEDGER_BATCH_SECONDS, and a killed worker loses those).
 
+An answered request's own records need no append of their own: they ride in its settle's
+round trip (``ledger_carry``, ``quotas.store.base.LedgerCarry``: the settle script appends them,
+completing the reservation record with the settle's outcome and settlements as a trailer,
+``CARRIED``), with the pins waiting for the next append; the answer's commit then has nothing of
+its own to wait for. Where the settle cannot carry them (a settle outside a fair-queue pool, the
+in-memory store) or fails, they are gathered for the next append as any record is.
+
 Records appended are not yet stored: a Redis that restarts empty loses them. So each process
-keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second) and, in the same
-round trip as each append, reads the ledger's birth mark: a mark it has not seen before means
-Redis lost its data, and the process appends its kept records again (issue 13).
+keeps what it appended for LEDGER_RETAIN_SECONDS (the flush runs every second; kept as bytes,
+``gateway.ledger_kept``) and, in the same round trip as each append or carrying settle, reads
+the ledger's birth mark: a mark it has not seen before means Redis lost its data, and the
+process appends its kept records again (issue 13).
 """
 
 from __future__ import annotations
@@ -31,7 +39,6 @@ import logging
 import time
 import uuid
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,8 +51,10 @@ from django.db import models
 from common import redis as sy_redis
 from common.faultlog import faults
 from gateway.ledger_dictionary import DICTIONARY_1
+from gateway.ledger_kept import KeptRecords
 from gateway.models import Generation, StoredResponse
 from quotas.models import Reservation
+from quotas.store.base import LedgerCarry
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +80,9 @@ DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
 # A record's first byte says how it was packed (JSON itself starts with '{'):
 DEFLATED = b"\x01"  # deflated alone (written by earlier versions, still read)
 DEFLATED_PRIMED = b"\x02"  # deflated with ledger_dictionary.DICTIONARY_1 as preset dictionary
+# A reservation record appended by its settle (queue_settle.lua): its length (4 bytes, big
+# endian), the record as record_encode packed it, then the settle's JSON (outcome, settled).
+CARRIED = b"\x03"
 
 
 def record_encode(record: dict[str, Any]) -> bytes:
@@ -83,7 +95,13 @@ def record_encode(record: dict[str, Any]) -> bytes:
 
 
 def record_decode(item: bytes) -> Any:
-    """A ledger record as queued in Redis (deflated either way, or plain JSON)."""
+    """A ledger record as queued in Redis (deflated either way, or plain JSON; a carried one
+    with its settlement)."""
+    if item[:1] == CARRIED:
+        end = 5 + int.from_bytes(item[1:5], "big")
+        record = record_decode(item[5:end])
+        record.update(orjson.loads(item[end:]))
+        return record
     if item[:1] == DEFLATED_PRIMED:
         unpacker = zlib.decompressobj(-15, zdict=DICTIONARY_1)
         return orjson.loads(unpacker.decompress(item[1:]) + unpacker.flush())
@@ -100,7 +118,7 @@ class LedgerBuffer:
         self.records: list[bytes] = []
         # Small keys that ride with the next append (``ledger_write_later``): (key, value, ms).
         self.writes: list[tuple[str, bytes, int]] = []
-        self.appended: deque[tuple[float, list[bytes]]] = deque()  # (when, batch), oldest first
+        self.retained = KeptRecords()  # appended lately, in case Redis loses them
         self.born: bytes | None = None  # the ledger's birth mark when this process last looked
         self._flusher: asyncio.Task[None] | None = None
         self._watching = False  # the flusher sleeps only to look for a lost Redis
@@ -161,7 +179,7 @@ class LedgerBuffer:
             faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
         if self.records or self.writes:
             self._flusher = asyncio.create_task(self._flush_soon(settings.LEDGER_BATCH_SECONDS))
-        elif self.appended:
+        elif self.retained:
             # Kept records only: look for a lost Redis as often as the flush that stores them
             # runs (a round trip a second), not every batch time (20 a second, per process).
             self._watching = True
@@ -170,26 +188,92 @@ class LedgerBuffer:
     async def flush(self, now: float) -> None:
         """Append the gathered records; if Redis was born anew since the last look, the kept
         ones first. Gathered records stay gathered when Redis fails."""
-        while self.appended and self.appended[0][0] < now - settings.LEDGER_RETAIN_SECONDS:
-            self.appended.popleft()
+        self._forget(now)
         batch, self.records = self.records, []
         # A write Redis did not take is not tried again: it is a hint (a conversation's pin),
         # and a later one may already have replaced it.
         writes, self.writes = self.writes, []
         try:
-            born = await _append(batch, writes)
-            if self.born is not None and born != self.born:
-                kept = [record for _, old in self.appended for record in old]
-                log.warning("Redis lost its data: %d ledger records appended again", len(kept))
-                if kept:
-                    await _append(kept)
-            self.born = born
+            await self._born_seen(await _append(batch, writes))
         except Exception:
             self.records[:0] = batch  # kept for the next flush
             raise
         if batch:
-            self.appended.append((now, batch))
+            self._keep(now, batch)
             self._appended += len(batch)
+
+    def _keep(self, now: float, records: list[bytes]) -> None:
+        """Keep ``records``, appended at ``now``, and let go of those kept long enough. Here and
+        not only in the flush: under a steady load of carried answers no flush may run for
+        minutes (each answer's pin arms the batch timer, and its settle takes the pin first)."""
+        self.retained.keep(now, settings.LEDGER_RETAIN_SECONDS, records)
+
+    def _forget(self, now: float) -> None:
+        self.retained.forget(now, settings.LEDGER_RETAIN_SECONDS)
+
+    def kept(self) -> list[bytes]:
+        """The records appended lately, oldest first, as they were appended."""
+        return self.retained.records()
+
+    async def _born_seen(self, born: bytes) -> None:
+        """If Redis was born anew since the last look, append the kept records again."""
+        if self.born is not None and born != self.born:
+            kept = self.kept()
+            log.warning("Redis lost its data: %d ledger records appended again", len(kept))
+            if kept:
+                await _append(kept)
+        self.born = born
+
+    def carry(self, reservation: dict[str, Any], own: list[dict[str, Any]]) -> LedgerCarry:
+        """An append for a settle's round trip: ``reservation`` (a record the settle completes
+        with its outcome and settlements), the answer's ``own`` records, and the writes waiting
+        for the next append."""
+        writes, self.writes = self.writes, []
+        return LedgerCarry(
+            key=sy_redis.key("ledger"),
+            born_key=sy_redis.key("ledger", "born"),
+            mark=uuid.uuid4().hex.encode(),
+            settled=record_encode({"kind": "reservation", **reservation}),
+            records=[record_encode(record) for record in own],
+            writes=writes,
+        )
+
+    def uncarried(self, carry: LedgerCarry) -> None:
+        """The settle did not carry them: the answer's records and the writes wait for the
+        next append (the reservation record is the caller's)."""
+        self.writes[:0] = carry.writes
+        self.records += carry.records
+        self._added += len(carry.records)
+        if carry.records or carry.writes:
+            self._flush_due()
+
+    async def carried(self, carry: LedgerCarry, reservation: dict[str, Any]) -> None:
+        """After the settle: what it appended is kept as an append's records are, and the
+        birth mark it read is looked at; if it did not carry them, ``reservation`` (the whole
+        record) and the answer's records are gathered for the next append."""
+        if carry.born is None:
+            self.uncarried(carry)
+            self.add({"kind": "reservation", **reservation})
+            return
+        try:
+            await self._born_seen(carry.born)
+        except Exception:
+            faults.warning(log, "ledger:redis", "ledger records could not reach Redis")
+        # Kept as the settle appended it, but for its trailer's number spelling (repr here,
+        # %.17g there: the same floats).
+        settlement = orjson.dumps({k: reservation[k] for k in ("outcome", "settled")})
+        size = len(carry.settled).to_bytes(4, "big")
+        self.retained.keep_tailed(
+            time.monotonic(),
+            settings.LEDGER_RETAIN_SECONDS,
+            CARRIED + size + carry.settled,
+            settlement,  # its settlement: kept deflated with the others of the same second
+            carry.records,
+        )
+        if self._flusher is None or self._flusher.done():
+            # Look for a lost Redis while the kept records are not yet stored (_flush_soon).
+            self._watching = True
+            self._flusher = asyncio.create_task(self._flush_soon(settings.LEDGER_FLUSH_INTERVAL))
 
     async def drain(self) -> None:
         """Append what is left (the process is shutting down)."""
@@ -230,6 +314,21 @@ async def ledger_committed() -> None:
     """Wait until the records gathered so far are in Redis (see the module doc)."""
     if settings.LEDGER_COMMIT:
         await _buffer.committed()
+
+
+def ledger_carry(reservation: dict[str, Any], own: list[dict[str, Any]]) -> LedgerCarry:
+    """An answer's records for its settle's round trip (``LedgerBuffer.carry``)."""
+    return _buffer.carry(reservation, own)
+
+
+def ledger_uncarried(carry: LedgerCarry) -> None:
+    """The settle failed: the answer's records wait for the next append."""
+    _buffer.uncarried(carry)
+
+
+async def ledger_carried(carry: LedgerCarry, reservation: dict[str, Any]) -> None:
+    """The settle returned: kept what it appended, or gather what it did not carry."""
+    await _buffer.carried(carry, reservation)
 
 
 def ledger_write_later(key: str, value: bytes, ttl_ms: int) -> None:

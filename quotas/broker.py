@@ -43,6 +43,7 @@ from quotas.core.observed import Usage as ProviderUsage
 from quotas.core.recovery import REPORT_SECONDS
 from quotas.queue import BrokerQueue
 from quotas.snapshot import PROVIDER_SIDE, SCOPE_ORDER, QuotaSnapshot, ScopedBucket
+from quotas.store.base import LedgerCarry
 from quotas.store.queue_redis import RedisQueueStore
 from quotas.store.redis import RedisReservationStore
 from routing.catalogue import CredentialEntry, EndpointEntry, ProviderEntry
@@ -378,12 +379,16 @@ class Broker:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def reconcile(self, grant: Grant, actual: Usage) -> ReconcileResult:
-        """C6: settle with actual usage; what comes back goes to the pool's next waiter."""
+    async def reconcile(
+        self, grant: Grant, actual: Usage, *, carry: LedgerCarry | None = None
+    ) -> ReconcileResult:
+        """C6: settle with actual usage; what comes back goes to the pool's next waiter.
+        ``carry``: the answer's ledger records, appended in the same round trip where the
+        store can (then ``carry.born`` is set; else the caller appends them)."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
         self.holdings.settled(grant)
-        return await self.queue.reconcile(grant, actual)
+        return await self.queue.reconcile(grant, actual, carry=carry)
 
     async def release(self, grant: Grant, *, sent: Usage | None = None) -> ReconcileResult:
         """Settle a failed attempt: all of it comes back if nothing reached the provider;

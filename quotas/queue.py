@@ -44,7 +44,7 @@ from quotas.core.fairqueue import (
     Verdict,
 )
 from quotas.core.model import BucketSpec, Grant, ReconcileResult, Usage
-from quotas.store.base import QueueStore
+from quotas.store.base import LedgerCarry, QueueStore
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +157,16 @@ class BrokerQueue:
                 self.store.forget(reservation_id)
 
     async def reconcile(
-        self, grant: Grant, actual: Usage, *, pool: str | None = None
+        self,
+        grant: Grant,
+        actual: Usage,
+        *,
+        pool: str | None = None,
+        carry: LedgerCarry | None = None,
     ) -> ReconcileResult:
-        """Reconcile with actual usage; the pool's next waiters get what came back."""
-        return await self._settle(grant, actual, pool)
+        """Reconcile with actual usage; the pool's next waiters get what came back. ``carry``:
+        a ledger append for the same round trip (``QueueStore.settle``)."""
+        return await self._settle(grant, actual, pool, carry)
 
     async def release(self, grant: Grant, *, pool: str | None = None) -> ReconcileResult:
         """Give the whole grant back (never dispatched); the pool's next waiters get it."""
@@ -314,11 +320,15 @@ class BrokerQueue:
             self._pools.popitem(last=False)
 
     async def _settle(
-        self, grant: Grant, actual: Usage | None, pool: str | None
+        self,
+        grant: Grant,
+        actual: Usage | None,
+        pool: str | None,
+        carry: LedgerCarry | None = None,
     ) -> ReconcileResult:
         remembered = self._pools.pop(grant.reservation_id, None)
         pool = pool or remembered
-        result, pumped = await self.store.settle(grant, actual, pool=pool)
+        result, pumped = await self.store.settle(grant, actual, pool=pool, carry=carry)
         if pool is not None:
             self._after(pool, pumped)
         return result

@@ -7,6 +7,7 @@ for the in-memory twin. Passing ``now`` drives either store on a simulated clock
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from quotas.core.fairqueue import Pumped, Queued, QueueReason, QueueRefusal
@@ -21,6 +22,24 @@ from quotas.core.model import (
     RenewResult,
     Usage,
 )
+
+
+@dataclass(slots=True)
+class LedgerCarry:
+    """A ledger append that rides in a settle's round trip (gateway/ledger.py): ``settled`` (a
+    record, or b'') gets the settle's outcome and settlements as a JSON trailer (queue_settle.lua)
+    and is appended to the list ``key`` with ``records`` after it; ``writes`` (key, value, ms)
+    are set; the birth mark at ``born_key`` is read, set to ``mark`` if missing, as an append
+    does. A store that carried it fills in ``born``; one that cannot (the in-memory twin, a
+    settle outside a pool) leaves it None, and the caller appends."""
+
+    key: str
+    born_key: str
+    mark: bytes
+    settled: bytes
+    records: list[bytes] = field(default_factory=list)
+    writes: list[tuple[str, bytes, int]] = field(default_factory=list)
+    born: bytes | None = None
 
 
 class ReservationStore(Protocol):
@@ -137,9 +156,16 @@ class QueueStore(Protocol):
         ...
 
     async def settle(
-        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float | None = None
+        self,
+        grant: Grant,
+        actual: Usage | None,
+        *,
+        pool: str | None,
+        now: float | None = None,
+        carry: LedgerCarry | None = None,
     ) -> tuple[ReconcileResult, Pumped | None]:
-        """Reconcile (or release, ``actual=None``) and pump the pool in the same step."""
+        """Reconcile (or release, ``actual=None``) and pump the pool in the same step; with
+        ``carry``, append to the ledger in it too where the store can."""
         ...
 
     async def mail(self, *, timeout: float) -> list[tuple[str, Grant | QueueRefusal]]:

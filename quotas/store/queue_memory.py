@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from quotas.core.fairqueue import Pumped, Queued, QueueReason, QueueRefusal, Verdict
 from quotas.core.model import BucketSpec, Grant, ReconcileResult, Usage
 from quotas.core.queuebook import QueueBook
+from quotas.store.base import LedgerCarry
 
 # Mail bells of the stores sharing a QueueBook, so any step can wake the right listener.
 _BELLS: weakref.WeakKeyDictionary[QueueBook, dict[str, asyncio.Event]] = weakref.WeakKeyDictionary()
@@ -90,8 +91,15 @@ class MemoryQueueStore:
         return verdict
 
     async def settle(
-        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float | None = None
+        self,
+        grant: Grant,
+        actual: Usage | None,
+        *,
+        pool: str | None,
+        now: float | None = None,
+        carry: LedgerCarry | None = None,
     ) -> tuple[ReconcileResult, Pumped | None]:
+        # No ledger here: a carry is left to its caller (its ``born`` stays None).
         result = self.queue.settle(grant, actual, pool=pool, now=self._now(now))
         self._ring()
         return result

@@ -38,6 +38,7 @@ from quotas.core.model import (
     ReconcileResult,
     Usage,
 )
+from quotas.store.base import LedgerCarry
 from quotas.store.redis import SPEC_ARG, RedisReservationStore, queue_prefix
 from quotas.store.wire import f_, parse_packed_grant, parse_reserve, s_
 
@@ -194,18 +195,33 @@ class RedisQueueStore:
         return self._verdict(reservation_id, reply[1])
 
     async def settle(
-        self, grant: Grant, actual: Usage | None, *, pool: str | None, now: float | None = None
+        self,
+        grant: Grant,
+        actual: Usage | None,
+        *,
+        pool: str | None,
+        now: float | None = None,
+        carry: LedgerCarry | None = None,
     ) -> tuple[ReconcileResult, Pumped | None]:
-        """Reconcile (``actual``) or release (None), then pump the pool: one round trip."""
+        """Reconcile (``actual``) or release (None), then pump the pool: one round trip, which
+        also appends ``carry`` to the ledger (queue_settle.lua; not outside a pool)."""
         if pool is None:
             if actual is None:
                 return await self.store.release(grant, now=now), None
             return await self.store.reconcile(grant, actual, now=now), None
         keys, args, skey, definition = self.store.settle_call(grant, actual, now, pool)
-        settled, pumped = await self.store.call_specs(
+        if carry is not None:
+            keys += (carry.key, carry.born_key)
+            args += (carry.mark, carry.settled, str(len(carry.writes)))
+            for key, value, ttl_ms in carry.writes:
+                args += (key, value, str(ttl_ms))
+            args += carry.records
+        reply = await self.store.call_specs(
             "queue_settle", keys, args, SPEC_ARG["settle"], skey, definition
         )
-        return self.store.settle_result(grant, settled, now), self._pumped(pumped)
+        if carry is not None:
+            carry.born = bytes(reply[2])
+        return self.store.settle_result(grant, reply[0], now), self._pumped(reply[1])
 
     def _alive_until(self, now: float | None) -> str:
         return repr(self.store.local_now(now) + MAILBOX_ALIVE_SECONDS)

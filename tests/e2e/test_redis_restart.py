@@ -24,6 +24,7 @@ import redis
 import redis.asyncio
 import yaml
 
+from gateway.ledger import CARRIED, record_decode
 from tests.stack import SCRAPE_TOKEN, RedisServer, Stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -185,6 +186,43 @@ def test_it_survives_redis_restarting_empty_under_load(restart_stack):
     # streams from before the restart included (they re-registered when renewing their lease).
     assert stats["peak_concurrency"] <= CONCURRENCY
     assert stats["rate_limited"] == {}
+
+
+def test_an_empty_restart_loses_no_ledger_record_of_the_answers_before_it(restart_stack):
+    """Records in Redis are not yet stored (no Celery here: they stay queued), so the gateway
+    keeps what it appended, and what each settle carried, for LEDGER_RETAIN_SECONDS: once it
+    sees Redis born anew (it looks every second while it keeps any), it appends them again,
+    each reservation record with the settlement its settle gave it."""
+    stack, server = restart_stack
+    payload = {"model": "restart/m", "messages": [{"role": "user", "content": "go"}]}
+    answered = []
+    with httpx.Client(base_url=stack.base_url, timeout=10) as http:
+        for _ in range(12):
+            response = http.post(
+                "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {KEY}"},
+                json={**payload, "max_tokens": 20},
+            )
+            assert response.status_code == 200, response.text
+            answered.append(response.headers["x-request-id"])
+    ledger = f"{stack.name}:ledger"
+    before = redis.Redis.from_url(stack.redis_url).lrange(ledger, 0, -1)
+    assert sum(item[:1] == CARRIED for item in before) == len(answered)  # carried by settles
+
+    server.kill()
+    server.start()  # empty
+    client = redis.Redis.from_url(stack.redis_url)
+    wait_until(lambda: client.llen(ledger) >= len(before), timeout=15, what="records again")
+    records = [record_decode(item) for item in client.lrange(ledger, 0, -1)]
+    client.close()
+
+    generations = {r["id"] for r in records if r["kind"] == "generation"}
+    reservations = {r["request_id"]: r for r in records if r["kind"] == "reservation"}
+    assert set(answered) <= generations
+    assert set(answered) <= set(reservations)
+    for request_id in answered:
+        assert reservations[request_id]["outcome"] == "reconciled"
+        assert reservations[request_id]["settled"]  # the settle's, every bucket's figures
 
 
 def test_an_outage_is_refused_as_broker_unavailable_and_logged_once_per_kind(restart_stack):

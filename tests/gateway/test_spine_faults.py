@@ -116,7 +116,7 @@ STEPS = {
     "dispatch": ("gateway.pipeline", "attempt_send", True, False),
     "provider answer": ("gateway.providers.openai.OpenAIAdapter", "parse_completion", False, True),
     "reconcile": ("quotas.broker.Broker", "reconcile", True, True),
-    "reservation record": ("gateway.answers", "reservation_record", False, True),
+    "reservation record": ("gateway.answers", "reservation_taken", False, True),
     "generation record": ("gateway.answers", "generation_record", False, True),
     "routing stats": ("gateway.answers", "answer_observe", False, True),
     "response building": ("gateway.answers", "json_response", False, True),

@@ -163,7 +163,7 @@ def test_a_stream_cut_off_mid_send_is_settled_before_the_handler_returns(
                 ledger.record_decode(record)
                 for record in [
                     *ledger._buffer.records,
-                    *(record for _, batch in ledger._buffer.appended for record in batch),
+                    *ledger._buffer.kept(),
                 ]
             ]
             retry = Client(raw, stops_reading=False)

@@ -101,7 +101,7 @@ def test_a_stream_in_steps_cut_by_an_upstream_timeout_settles_its_steps_and_part
                 ledger.record_decode(record)
                 for record in [
                     *ledger._buffer.records,
-                    *(record for _, batch in ledger._buffer.appended for record in batch),
+                    *ledger._buffer.kept(),
                 ]
             ]
             [level] = await broker.store.levels([broker_spec(tenant_tokens)])

@@ -6,7 +6,7 @@
 -- definition or '', then ARGV[3 + i] what part i takes more, in the bucket's unit (0: nothing;
 -- the caller sends 0 for concurrency, and a skipped shadow part takes nothing more).
 -- A part whose new take lands in another window / slice / interval than its marker's keeps
--- what it took before as used there (row[5], locked); settle then settles only the rest.
+-- what it took before as used there (the row's locked field); settle then settles only the rest.
 -- Returns {'X', now, created, expires, n, (name, amount, marker, skipped, remaining or '')*n,
 -- m, (shadow refusals)*m} with the record's rows after the take (remaining: what the bucket
 -- has left, for the parts that took); {'R', now, bucket, reason, retry_at, k, (name, reason,
@@ -33,8 +33,8 @@ end
 
 local rec = record_load(rkey, now, retention)
 if not rec then return {'unknown', fmt(now)} end
-if rec.state ~= 'active' then return {'closed', fmt(now)} end
-if rec.expires <= now then
+if rec[1] ~= 'a' then return {'closed', fmt(now)} end
+if rec[3] <= now then
   record_expire(rkey, rec, KEYS[2], now, retention)
   return {'expired', fmt(now)}
 end
@@ -44,11 +44,12 @@ for i = 1, specs[1] do
   p.amount = tonumber(ARGV[3 + i])
   by_name[p.name] = p
 end
-local rows, parts = {}, {}
-for _, row in ipairs(rec.rows) do
-  local p = by_name[row[1]]
-  if p and row[4] ~= 1 and p.amount > 0 then
-    rows[#rows + 1] = row
+local rows, parts = {}, {}  -- rows: where each part's record row starts
+for i = 1, rec[4] do
+  local at = rec_row(i)
+  local p = by_name[rec[at + 5]]
+  if p and rec[at + 3] ~= 1 and p.amount > 0 then
+    rows[#rows + 1] = at
     parts[#parts + 1] = p
   end
 end
@@ -56,7 +57,7 @@ local left = {}
 local shadow = {}
 if #parts > 0 then
   local ctx = {now = now, born = born, learning_until = learning_until,
-               limit = specs[7], id = id, expiry = rec.expires}
+               limit = specs[7], id = id, expiry = rec[3]}
   local res = reserve_parts(ctx, parts)
   if not res.ok then
     local out = {'R', fmt(now), res.bucket, res.reason, fmt(res.retry)}
@@ -64,25 +65,27 @@ if #parts > 0 then
     return refusal_rows(out, res.shadow)
   end
   shadow = res.shadow
-  for i, row in ipairs(rows) do
+  for i, at in ipairs(rows) do
     local t = res.taken[i]
     if t[3] == 0 then
-      if t[2] ~= row[3] then
-        row[5] = row[2]
-        row[3] = t[2]
+      if t[2] ~= rec[at + 2] then
+        rec[at + 4] = rec[at + 1]
+        rec[at + 2] = t[2]
       end
-      row[2] = row[2] + t[1]
-      left[row[1]] = t[4]
+      rec[at + 1] = rec[at + 1] + t[1]
+      left[rec[at + 5]] = t[4]
     end
   end
   record_write(rkey, rec, now, retention)
 end
-local out = {'X', fmt(now), fmt(rec.created), fmt(rec.expires), #rec.rows}
-for _, row in ipairs(rec.rows) do
-  out[#out + 1] = row[1]
-  out[#out + 1] = fmt(row[2])
-  out[#out + 1] = fmt(row[3])
-  out[#out + 1] = tostring(row[4])
-  if left[row[1]] then out[#out + 1] = fmt(left[row[1]]) else out[#out + 1] = '' end
+local out = {'X', fmt(now), fmt(rec[2]), fmt(rec[3]), rec[4]}
+for i = 1, rec[4] do
+  local at = rec_row(i)
+  local name = rec[at + 5]
+  out[#out + 1] = name
+  out[#out + 1] = fmt(rec[at + 1])
+  out[#out + 1] = fmt(rec[at + 2])
+  out[#out + 1] = tostring(rec[at + 3])
+  if left[name] then out[#out + 1] = fmt(left[name]) else out[#out + 1] = '' end
 end
 return refusal_rows(out, shadow)

@@ -653,44 +653,139 @@ local function reserve_parts(ctx, parts)
   return {ok = true, taken = taken, shadow = shadow}
 end
 
--- A lease record: {id, created, expires, state, rows, holds}; rows = {name, amount, marker,
--- skipped} per part (in the grant's order), holds = {key, hkey, amount} per concurrency hold,
--- so that reap can give slots back without the bucket definitions.
-local function record_new(id, created, expires, parts, taken)
-  local rows, holds = {}, {}
-  for i, p in ipairs(parts) do
-    rows[i] = {p.name, taken[i][1], taken[i][2], taken[i][3]}
-    if p.rule == 'concurrency' and taken[i][3] == 0 then
-      holds[#holds + 1] = {p.key, p.hkey, taken[i][1]}
-    end
+-- A lease record: one string (struct.pack), written once when granted and read once when
+-- settled; settling and expiring change only its first byte (the state), so its TTL stays the
+-- one written with it (expiry + retention). Renew and extend write it again.
+--   header  c1 state (REC_CODE), d created, d expires, B n, s reservation id
+--   n rows  d amount, d marker, B skipped (0/1), d locked (extend.lua; 0 when none),
+--           s bucket name, s held key: the bucket hash of a concurrency slot the lease holds
+--           ('' when none; its holders zset is <key>:h, quotas/core/keys.py holders_key)
+-- Names and held keys make the record enough for settle, replay and reap without the bucket
+-- definitions; numbers as doubles need no formatting either way. In memory it is the flat
+-- array struct.unpack gives (rec_row: where row i starts). A msgpack record of the version
+-- before (a table {id, created, expires, state, rows, holds}) still loads (record_legacy).
+local REC_STATE = {a = 'active', r = 'reconciled', l = 'released', e = 'expired'}
+local REC_CODE = {active = 'a', reconciled = 'r', released = 'l', expired = 'e'}
+local REC_HEAD, REC_ROW = 5, 6
+local rec_formats = {}
+
+local function rec_format(n)
+  local f = rec_formats[n]
+  if not f then
+    f = '<c1ddBs' .. string.rep('ddBdss', n)
+    rec_formats[n] = f
   end
-  return {id = id, created = created, expires = expires, state = 'active', rows = rows,
-          holds = holds}
+  return f
+end
+
+-- Row i's first field is rec[rec_row(i) + 1] (amount; + 2 marker, + 3 skipped, + 4 locked,
+-- + 5 name, + 6 held key).
+local function rec_row(i)
+  return REC_HEAD + REC_ROW * (i - 1)
+end
+
+local function rec_state(rec)
+  return REC_STATE[rec[1]]
+end
+
+local function record_new(id, created, expires, parts, taken)
+  local rec = {'a', created, expires, #parts, id}
+  local at = REC_HEAD
+  for i, p in ipairs(parts) do
+    local t = taken[i]
+    local held = ''
+    if p.rule == 'concurrency' and t[3] == 0 then held = p.key end
+    rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4], rec[at + 5], rec[at + 6] =
+      t[1], t[2], t[3], 0, p.name, held
+    at = at + REC_ROW
+  end
+  return rec
+end
+
+local function record_pack(rec)
+  local n = rec[4]
+  return struct.pack(rec_format(n), unpack(rec, 1, REC_HEAD + REC_ROW * n))
 end
 
 local function record_write(rkey, rec, now, retention)
-  local blob = cmsgpack.pack({rec.id, rec.created, rec.expires, rec.state, rec.rows, rec.holds})
-  redis.call('SET', rkey, blob, 'PX', ttl_ms(rec.expires + retention - now))
+  redis.call('SET', rkey, record_pack(rec), 'PX', ttl_ms(rec[3] + retention - now))
+end
+
+-- A new state, written in place (SETRANGE keeps the key's TTL).
+local function record_mark(rkey, rec, state)
+  rec[1] = REC_CODE[state]
+  redis.call('SETRANGE', rkey, 0, rec[1])
+end
+
+-- The previous version's msgpack record as this version's array: each hold goes to the row
+-- of its bucket (a bucket key ends with ':b:<name>'). record_load writes it back in this
+-- version's format (same TTL), so that record_mark can change its first byte.
+local function record_legacy(blob)
+  local r = cmsgpack.unpack(blob)
+  local rows, holds = r[5], r[6]
+  local rec = {REC_CODE[r[4]], r[2], r[3], #rows, r[1]}
+  local at = REC_HEAD
+  for _, row in ipairs(rows) do
+    local held, tail = '', ':b:' .. row[1]
+    for _, h in ipairs(holds) do
+      if string.sub(h[1], -#tail) == tail then held = h[1] end
+    end
+    rec[at + 1], rec[at + 2], rec[at + 3], rec[at + 4], rec[at + 5], rec[at + 6] =
+      row[2], row[3], row[4], row[5] or 0, row[1], held
+    at = at + REC_ROW
+  end
+  return rec
 end
 
 -- The record if it is still retained (the TTL may lag an explicit test clock).
 local function record_load(rkey, now, retention)
   local blob = redis.call('GET', rkey)
   if not blob then return nil end
-  local r = cmsgpack.unpack(blob)
-  if now >= r[3] + retention then
+  local rec
+  if string.byte(blob, 1) == 0x96 then  -- a msgpack array of 6: the version before
+    rec = record_legacy(blob)
+    redis.call('SET', rkey, record_pack(rec), 'KEEPTTL')
+  else
+    rec = {struct.unpack(rec_format(string.byte(blob, 18)), blob)}
+  end
+  if now >= rec[3] + retention then
     redis.call('DEL', rkey)
     return nil
   end
-  return {id = r[1], created = r[2], expires = r[3], state = r[4], rows = r[5], holds = r[6]}
+  return rec
+end
+
+-- reserve.lua's replay reply: {'P', now, created, expires, state, n, (name, amount, marker,
+-- skipped)*n}.
+local function record_replay(rec, now)
+  local state = rec_state(rec)
+  if state == 'active' and rec[3] <= now then state = 'expired' end
+  local out = {'P', fmt(now), fmt(rec[2]), fmt(rec[3]), state, rec[4]}
+  for i = 1, rec[4] do
+    local at = rec_row(i)
+    out[#out + 1] = rec[at + 5]
+    out[#out + 1] = fmt(rec[at + 1])
+    out[#out + 1] = fmt(rec[at + 2])
+    out[#out + 1] = tostring(rec[at + 3])
+  end
+  return out
+end
+
+-- Its concurrency slots held again until expires (renew.lua; adopt: held anew if missing).
+local function record_holds(rec, each)
+  for i = 1, rec[4] do
+    local at = rec_row(i)
+    local key = rec[at + 6]
+    if key ~= '' then each(key, key .. ':h', rec[at + 1]) end
+  end
 end
 
 -- Expire a lease: its concurrency holds go back; other estimates stand (maybe dispatched).
 local function record_expire(rkey, rec, index, now, retention)
-  for _, h in ipairs(rec.holds) do
-    if redis.call('HGET', h[1], 'held') then release_holder(h[1], h[2], rec.id, nil) end
-  end
-  rec.state = 'expired'
-  record_write(rkey, rec, now, retention)
+  local id = rec[5]
+  record_holds(rec, function(key, hkey)
+    if redis.call('HGET', key, 'held') then release_holder(key, hkey, id, nil) end
+  end)
+  record_mark(rkey, rec, 'expired')
   redis.call('ZREM', index, rkey)
 end

@@ -25,18 +25,7 @@ local n = specs[1]
 local rkey = specs[3] .. id
 
 local rec = record_load(rkey, now, retention)
-if rec then
-  local state = rec.state
-  if state == 'active' and rec.expires <= now then state = 'expired' end
-  local out = {'P', fmt(now), fmt(rec.created), fmt(rec.expires), state, #rec.rows}
-  for _, row in ipairs(rec.rows) do
-    out[#out + 1] = row[1]
-    out[#out + 1] = fmt(row[2])
-    out[#out + 1] = fmt(row[3])
-    out[#out + 1] = tostring(row[4])
-  end
-  return out
-end
+if rec then return record_replay(rec, now) end
 
 local Q = q_load(specs[4], flow)
 local depth = redis.call('ZCARD', Q.d)

@@ -13,16 +13,17 @@ local out = {fmt(now), 0}
 for _, rkey in ipairs(due) do
   redis.call('ZREM', KEYS[2], rkey)
   local rec = record_load(rkey, now, retention)
-  if rec and rec.state == 'active' then
+  if rec and rec[1] == 'a' then
     record_expire(rkey, rec, KEYS[2], now, retention)
     out[2] = out[2] + 1
-    out[#out + 1] = rec.id
-    out[#out + 1] = fmt(rec.created)
-    out[#out + 1] = fmt(rec.expires)
-    out[#out + 1] = #rec.rows
-    for _, row in ipairs(rec.rows) do
-      out[#out + 1] = row[1]
-      out[#out + 1] = fmt(row[2])
+    out[#out + 1] = rec[5]
+    out[#out + 1] = fmt(rec[2])
+    out[#out + 1] = fmt(rec[3])
+    out[#out + 1] = rec[4]
+    for i = 1, rec[4] do
+      local at = rec_row(i)
+      out[#out + 1] = rec[at + 5]
+      out[#out + 1] = fmt(rec[at + 1])
     end
   end
 end

@@ -44,13 +44,13 @@ if not rec then
   redis.call('ZADD', KEYS[3], expires, KEYS[2])
   return {'adopted', fmt(expires)}
 end
-if rec.state ~= 'active' then return {'closed', fmt(rec.expires)} end
-if rec.expires <= now then
+if rec[1] ~= 'a' then return {'closed', fmt(rec[3])} end
+if rec[3] <= now then
   record_expire(KEYS[2], rec, KEYS[3], now, retention)
-  return {'expired', fmt(rec.expires)}
+  return {'expired', fmt(rec[3])}
 end
-rec.expires = expires
-for _, h in ipairs(rec.holds) do rehold(h[1], h[2], h[3], false) end
+rec[3] = expires
+record_holds(rec, function(key, hkey, amount) rehold(key, hkey, amount, false) end)
 record_write(KEYS[2], rec, now, retention)
 redis.call('ZADD', KEYS[3], expires, KEYS[2])
 return {'renewed', fmt(expires)}

@@ -28,19 +28,20 @@ local cached_input = tonumber(ARGV[9])
 
 local rec = record_load(rkey, now, retention)
 if not rec then return {'unknown', fmt(now), 0}, specs end
-if rec.state ~= 'active' then return {'closed', fmt(now), 0}, specs end
-if rec.expires <= now then
+if rec[1] ~= 'a' then return {'closed', fmt(now), 0}, specs end
+if rec[3] <= now then
   record_expire(rkey, rec, KEYS[2], now, retention)
   return {'expired', fmt(now), 0}, specs
 end
 local by_name = spec_by_name(specs)  -- read only, shared between calls
 local out = {release and 'released' or 'reconciled', fmt(now), 0}
-for _, row in ipairs(rec.rows) do
-  local p = by_name[row[1]]
+for i = 1, rec[4] do
+  local at = rec_row(i)
+  local p = by_name[rec[at + 5]]
   if p then
-    local taken, marker, skipped = row[2], row[3], row[4] == 1
+    local taken, marker, skipped = rec[at + 1], rec[at + 2], rec[at + 3] == 1
     -- what earlier steps of a stream took in windows before the marker's (extend.lua)
-    local locked = row[5] or 0
+    local locked = rec[at + 4]
     local actual = 0
     if not release then
       actual = usage[p.dim]
@@ -82,7 +83,6 @@ for _, row in ipairs(rec.rows) do
     end
   end
 end
-rec.state = release and 'released' or 'reconciled'
-record_write(rkey, rec, now, retention)
+record_mark(rkey, rec, release and 'released' or 'reconciled')
 redis.call('ZREM', KEYS[2], rkey)
 return out, specs
