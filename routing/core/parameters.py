@@ -106,10 +106,11 @@ class RoutingParameters:
     # --- the default guards (issue 17: no max_cost_premium stated) ---
     # With speed_guard_z > 0 the speed guard acts only on a gap beyond the estimates' noise:
     # the mix's expected wait over price-only's by more than speed_guard_z standard errors. An
-    # estimate from n answers is off by about speed_spread/√n of itself, speed_spread the
-    # answers' own spread (standard deviation over mean): 0.75 for a log-normal TTFT whose p95
-    # is 3 × its median, as in the reference market (config/market.yaml: 2.8–3.5 ×). 0 closes
-    # any gap the estimates show: the default, since at 2 a real gap near the noise stays open
+    # estimate from n (decayed) answers is off by about speed_spread/√(2n) of itself
+    # (table.py), speed_spread the answers' own spread (standard deviation over mean): 0.75
+    # for a log-normal TTFT whose p95 is 3 × its median, as in the reference market
+    # (config/market.yaml: 2.8–3.5 ×). 0 closes any gap the estimates show: the default,
+    # since at 2 a real gap near the noise stays open
     # (market (g), gaps of 14–25 %: TTFT +0.8 % [+0.3, +1.3] against price-only) while it
     # keeps savings between equally fast endpoints ((d): cost −2.9 % against −1.7 %;
     # bench/markets/results.md).
