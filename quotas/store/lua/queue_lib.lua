@@ -252,14 +252,19 @@ local function q_drop(Q, e, verdict, now, notify, keep)
   end
 end
 
-local function q_refusal(now, reason, bucket, retry_at, queue_id, rows)
-  local out = {'Q', fmt(now), reason, bucket, fmt(retry_at), queue_id, #rows}
+-- A reply ending in refusal rows (bucket, reason, retry at): a refusal's, or a grant's shadow
+-- refusals in either grant format.
+local function q_with_rows(out, rows)
   for _, row in ipairs(rows) do
     out[#out + 1] = row[1]
     out[#out + 1] = row[2]
     out[#out + 1] = fmt(row[3])
   end
   return table.concat(out, SEP)
+end
+
+local function q_refusal(now, reason, bucket, retry_at, queue_id, rows)
+  return q_with_rows({'Q', fmt(now), reason, bucket, fmt(retry_at), queue_id, #rows}, rows)
 end
 
 -- A grant for a process of this version (packed): 'g' then struct.pack of now (double), n
@@ -281,12 +286,7 @@ local function q_grant_packed(now, n, res)
     at = at + 3
   end
   local out = {'g' .. struct.pack(f, unpack(values, 1, at)), #res.shadow}
-  for _, row in ipairs(res.shadow) do
-    out[#out + 1] = row[1]
-    out[#out + 1] = row[2]
-    out[#out + 1] = fmt(row[3])
-  end
-  return table.concat(out, SEP)
+  return q_with_rows(out, res.shadow)
 end
 
 -- packed: the waiter's process reads packed grants (else reserve.lua's 'G' reply, \31-joined:
@@ -301,12 +301,7 @@ local function q_grant_reply(now, n, res, packed)
     out[#out + 1] = fmt(res.taken[i][4])
   end
   out[#out + 1] = #res.shadow
-  for _, row in ipairs(res.shadow) do
-    out[#out + 1] = row[1]
-    out[#out + 1] = row[2]
-    out[#out + 1] = fmt(row[3])
-  end
-  return table.concat(out, SEP)
+  return q_with_rows(out, res.shadow)
 end
 
 -- Write the lease exactly as reserve.lua does; the grant reply for the waiter.
