@@ -43,7 +43,7 @@ end, since the two servers split their work between processes differently.
 
 ``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
 commit), each with a Redis of its own, beside the same upstream, and every case on each in
-turn: a before/after under the same load. ``--py-spy DIR`` samples worker 1 per case
+turn: a before/after under the same load. ``--py-spy DIR`` samples every worker per case
 (``pip install py-spy``; ``PY_SPY`` names the binary); ``--strace DIR`` counts its system calls
 (exact, whatever the load; the CPU of a traced case means nothing). Prints one JSON line per
 case (stderr) and a markdown table.
@@ -138,9 +138,15 @@ def children(pid: int) -> list[int]:
 
 def cpu(pid: int) -> float:
     """utime + stime of one process, in seconds."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """utime and stime of one process, in seconds: the kernel's share is mostly socket work
+    (every loopback write runs the receiver's side of TCP too), which no Python cut reaches."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def workers(gateway: int) -> list[int]:
@@ -272,20 +278,22 @@ def measure(
     data = body(stream)
     asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
     time.sleep(1.0)
-    spy = profile(gateway_workers[0], case, stream)
+    spies = [profile(pid, f"{case}-w{n}", stream) for n, pid in enumerate(gateway_workers, 1)]
     tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
     redis_port = REDIS_PORT + int(url.rsplit(":", 1)[1].split("/")[0]) - GATEWAY_PORT
     redis_before = redis_counts(redis_port)
     tree_before = workers_cpu(gateway_tree)
+    system_before = sum(cpu_split(pid)[1] for pid in gateway_workers)
     before, started = workers_cpu(gateway_workers), time.monotonic()
     errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
-    for watcher in (spy, tracer):
+    for watcher in (*spies, tracer):
         if watcher is not None:
             watcher.send_signal(signal.SIGINT)  # py-spy and strace write their report on SIGINT
             watcher.wait(timeout=30)
     time.sleep(1.0)  # a settle still on its way
     spent = workers_cpu(gateway_workers) - before
+    system = sum(cpu_split(pid)[1] for pid in gateway_workers) - system_before
     tree_spent = workers_cpu(gateway_tree) - tree_before
     redis_after = redis_counts(redis_port)
     return {
@@ -297,6 +305,7 @@ def measure(
         "seconds": round(seconds, 2),
         "rps": round(requests / seconds, 1),
         "cpu_ms_per_req": round(spent * 1000 / requests, 3),
+        "cpu_system_ms_per_req": round(system * 1000 / requests, 3),
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
         "peak_rss_mib": peak_rss_mib(gateway_workers),  # since the worker started
         "tree_cpu_ms_per_req": round(tree_spent * 1000 / requests, 3),
@@ -330,8 +339,10 @@ PROFILE_DIR: Path | None = None
 
 
 def profile(pid: int, case: str, stream: bool) -> subprocess.Popen[bytes] | None:
-    """With ``--py-spy DIR``: sample one worker through the case (``--nonblocking``: the worker
-    is not paused, so its CPU figure moves little) into DIR/<case>.txt, collapsed stacks."""
+    """With ``--py-spy DIR``: sample a worker through the case (``--nonblocking``: the worker
+    is not paused, so its CPU figure moves little) into DIR/<case>.txt, collapsed stacks.
+    Every worker is sampled (``<case>-w1``, ``-w2`` …): one of them may accept every
+    connection and the other see no request."""
     if PROFILE_DIR is None:
         return None
     out = PROFILE_DIR / f"{case}{'-stream' if stream else ''}.txt"
