@@ -21,6 +21,7 @@ from gateway.ledger import (
     record_decode,
     record_encode,
 )
+from gateway.ledger_dictionary import DICTIONARY_1
 from gateway.models import Generation
 from quotas.models import Reservation
 
@@ -177,6 +178,20 @@ def test_records_go_to_redis_deflated_and_earlier_forms_are_still_stored(
     assert ledger_flush() == 3
     stored = sorted(Generation.objects.values_list("id", flat=True))
     assert stored == ["gen-deflated", "gen-deflated-alone", "gen-plain"]
+
+
+def test_a_record_deflated_with_the_small_window_reads_as_one_from_before_and_vice_versa() -> None:
+    """The deflater's small window (``RECORD_WBITS``) is not written in the record: a record
+    longer than the window, and one primed and deflated with zlib's full window as processes
+    before it wrote them, both read back as they were, so a deploy in either order loses none."""
+    long = {"kind": "generation", **_generation("gen-long")}
+    long["detail"] = {"attempts": [{"endpoint": f"p{i}", "error": "x" * i} for i in range(240)]}
+    raw = orjson.dumps(long)
+    assert len(raw) > 2 * (1 << ledger.RECORD_WBITS)
+    assert record_decode(record_encode(long)) == orjson.loads(raw)
+    earlier = zlib.compressobj(1, zlib.DEFLATED, -15, zdict=DICTIONARY_1)
+    before = DEFLATED_PRIMED + earlier.compress(raw) + earlier.flush()
+    assert record_decode(before) == orjson.loads(raw)
 
 
 def test_an_answer_waits_for_its_record_to_reach_redis_not_for_the_batch_time(
