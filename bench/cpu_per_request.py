@@ -37,16 +37,18 @@ whole process tree's (the server's main process too) CPU per request and residen
 end, since the two servers split their work between processes differently.
 
     .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
-        [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick]
+        [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick] [--fresh]
         [--src CHECKOUT --src OTHER] [--server uvicorn --server granian]
         [--py-spy DIR] [--strace DIR] [--json out.json]
 
 ``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
 commit), each with a Redis of its own, beside the same upstream, and every case on each in
-turn: a before/after under the same load. ``--py-spy DIR`` samples every worker per case
-(``pip install py-spy``; ``PY_SPY`` names the binary); ``--strace DIR`` counts its system calls
-(exact, whatever the load; the CPU of a traced case means nothing). Prints one JSON line per
-case (stderr) and a markdown table.
+turn: a before/after under the same load. ``--fresh`` restarts every gateway's workers before
+each repetition: a set of workers keeps an offset of its own (±0.1 ms a request) for as long
+as it runs, so without it one run compares two sets, not two checkouts. ``--py-spy DIR``
+samples every worker per case (``pip install py-spy``; ``PY_SPY`` names the binary);
+``--strace DIR`` counts its system calls (exact, whatever the load; the CPU of a traced case
+means nothing). Prints one JSON line per case (stderr) and a markdown table.
 """
 
 from __future__ import annotations
@@ -405,6 +407,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
         for port in MOCK_PORTS:
             wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=60)
         gateways: list[tuple[str, str, list[int], list[int]]] = []  # label, URL, workers, tree
+        mains: list[int] = []  # each gateway's server process
         for n, (src, server) in enumerate(
             (src, server) for src in args.src for server in args.server
         ):
@@ -427,6 +430,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
             assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
             label = source_label(src) + ("" if args.server == ["uvicorn"] else f" {server}")
             gateways.append((label, f"http://127.0.0.1:{port}{PATH}", pids, tree(gateway)))
+            mains.append(gateway)
 
         def each(case: str, requests: int, think: float = 0.0) -> None:
             for label, url, pids, all_pids in gateways:
@@ -437,7 +441,10 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                 rows.append({"src": label, **row})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
 
-        for _ in range(args.reps):
+        for rep in range(args.reps):
+            if args.fresh and rep:
+                for n, gateway in enumerate(mains):
+                    gateways[n] = fresh_workers(gateways[n], gateway, args.workers)
             if upstream == "mock":
                 set_ttft(0)
                 each("mock0", args.requests)
@@ -457,6 +464,30 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
     finally:
         procs.stop()
     return rows
+
+
+def fresh_workers(
+    entry: tuple[str, str, list[int], list[int]], gateway: int, count: int
+) -> tuple[str, str, list[int], list[int]]:
+    """``--fresh``: the gateway's workers restarted (uvicorn restarts them all on SIGHUP) and
+    their new PIDs. One set of workers keeps its own offset for a whole run: which worker
+    accepted the connections, its hash seed and heap layout. Two checkouts' CPU per request
+    differed by 0.1-0.16 ms in one direction, then in the other, with the same code on both
+    sides (bench/results/gateway_cpu.md); new workers for every repetition turn that offset
+    into noise the repetitions average out."""
+    label, url, old, _ = entry
+    os.kill(gateway, signal.SIGHUP)
+    deadline = time.monotonic() + 120
+    while True:
+        pids = [pid for pid in workers(gateway) if pid not in old]
+        gone = not any(Path(f"/proc/{pid}").exists() for pid in old)
+        if len(pids) == count and gone:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{label}: workers not restarted, found {pids}")
+        time.sleep(0.2)
+    wait_http(url.split("/v1/")[0] + "/v1/models", timeout=120)
+    return label, url, pids, tree(gateway)
 
 
 def source_label(src: Path) -> str:
@@ -537,7 +568,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--py-spy", type=Path, help="profile worker 1 of each case into DIR")
+    parser.add_argument("--py-spy", type=Path, help="profile every worker of each case into DIR")
     parser.add_argument("--strace", type=Path, help="count worker 1's syscalls into DIR")
     parser.add_argument(
         "--src",
@@ -554,11 +585,16 @@ def main() -> None:
         "(bench/anchors_start.sh's SWITCHYARD_SERVER and GRANIAN_ARGS)",
     )
     parser.add_argument("--quick", action="store_true", help="mock: only the mock0 case")
+    parser.add_argument(
+        "--fresh", action="store_true", help="restart the workers before each repetition"
+    )
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.src = args.src or [ROOT]
     args.server = args.server or ["uvicorn"]
+    if args.fresh and (args.workers < 2 or args.server != ["uvicorn"]):
+        parser.error("--fresh restarts workers through uvicorn's supervisor: 2 workers or more")
     for server in args.server:
         if server.split() != ["uvicorn"] and server.split()[:1] != ["granian"]:
             parser.error(f"--server {server!r}: uvicorn, or granian and its options")
