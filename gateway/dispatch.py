@@ -6,9 +6,10 @@ No retries here (F4): the pipeline decides what happens after a failure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx
 import orjson
 
@@ -33,7 +34,7 @@ from gateway.providers.base import (
     RequestNotSupported,
     StreamError,
 )
-from gateway.upstream import client_for, url_for
+from gateway.upstream import client_for, session_for, session_url, url_for
 from routing.catalogue import EndpointEntry
 
 UPSTREAM_WORDS = {
@@ -128,47 +129,31 @@ async def attempt_send(
                 code="unsupported_by_provider",
             ),
         )
-    client = client_for(endpoint.provider.base_url)
     headers = wire.headers
     if idempotency_key:
         headers = {**headers, "Idempotency-Key": idempotency_key}
-    upstream_request = client.build_request(
-        "POST",
-        url_for(endpoint.provider.base_url, wire.path),
-        content=orjson.dumps(wire.json),
-        headers=headers,
-    )
+    base = endpoint.provider.base_url
+    content = orjson.dumps(wire.json)
+    if stream:
+        return await _send_streamed(
+            attempt, base, url_for(base, wire.path), content, headers, on_send
+        )
     started = time.monotonic()
     on_send()
     try:
-        response = await client.send(upstream_request, stream=stream)
-    except httpx.TransportError as exc:
+        async with session_for(base).post(
+            session_url(base, wire.path), data=content, headers=headers, allow_redirects=False
+        ) as response:
+            body = await response.read()
+    except (TimeoutError, aiohttp.ClientError) as exc:
         attempt.seconds = time.monotonic() - started
-        # A connect timeout is "could not reach" (502), like a refused connection; 504 is for
-        # a provider that took the request and then went quiet.
-        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
-            error: GatewayError = UpstreamTimeout(f"The provider '{name}' did not answer in time.")
-        else:
-            error = UpstreamUnavailable(f"Could not reach the provider '{name}'.")
-        return _failed(
-            attempt, Classified(Outcome.PROVIDER_ERROR, str(exc) or error.message), error
-        )
+        return _unreachable(attempt, name, exc, timed_out=_read_timeout(exc))
     attempt.seconds = time.monotonic() - started
     attempt.limits = adapter.rate_limits(response.headers, now=time.time())
-    if response.status_code >= 400:
-        try:
-            content = await response.aread()
-        finally:
-            await response.aclose()
-        attempt.status = response.status_code
-        classified = adapter.classify(response.status_code, response.headers, content)
-        error = caller_error(name, response.status_code, classified, attempt.limits.retry_after)
-        return _failed(attempt, classified, error)
-    if stream:
-        attempt.stream = response
-        return attempt
+    if response.status >= 400:
+        return _refused(attempt, name, response.status, response.headers, body)
     try:
-        data = response.json()
+        data = orjson.loads(body)
         if embed:
             attempt.completion = adapter.parse_embeddings(data, model=model)
         else:
@@ -183,6 +168,69 @@ async def attempt_send(
             attempt, classified, UpstreamError(f"The provider '{name}' sent an invalid answer.")
         )
     return attempt
+
+
+async def _send_streamed(
+    attempt: Attempt,
+    base: str,
+    url: httpx.URL,
+    content: bytes,
+    headers: Mapping[str, str],
+    on_send: Callable[[], None],
+) -> Attempt:
+    """A streamed answer: its status and headers read here, its body by ``gateway.streaming``
+    through httpx (``attempt.stream``)."""
+    name = attempt.endpoint.provider.name
+    client = client_for(base)
+    upstream_request = client.build_request("POST", url, content=content, headers=headers)
+    started = time.monotonic()
+    on_send()
+    try:
+        response = await client.send(upstream_request, stream=True)
+    except httpx.TransportError as exc:
+        attempt.seconds = time.monotonic() - started
+        timed_out = isinstance(exc, httpx.TimeoutException) and not isinstance(
+            exc, httpx.ConnectTimeout
+        )
+        return _unreachable(attempt, name, exc, timed_out=timed_out)
+    attempt.seconds = time.monotonic() - started
+    attempt.limits = attempt.adapter.rate_limits(response.headers, now=time.time())
+    if response.status_code >= 400:
+        try:
+            body = await response.aread()
+        finally:
+            await response.aclose()
+        return _refused(attempt, name, response.status_code, response.headers, body)
+    attempt.stream = response
+    return attempt
+
+
+def _read_timeout(exc: BaseException) -> bool:
+    """A provider that took the request and then went quiet (504), as httpx_aiohttp mapped
+    aiohttp's errors for httpx before: a read timeout, or the pool's wait for a connection.
+    A connect timeout or any other connection error is "could not reach" (502)."""
+    if isinstance(exc, aiohttp.ClientError):
+        return isinstance(exc, aiohttp.SocketTimeoutError)
+    return True
+
+
+def _unreachable(attempt: Attempt, name: str, exc: BaseException, *, timed_out: bool) -> Attempt:
+    # A connect timeout is "could not reach" (502), like a refused connection; 504 is for
+    # a provider that took the request and then went quiet.
+    if timed_out:
+        error: GatewayError = UpstreamTimeout(f"The provider '{name}' did not answer in time.")
+    else:
+        error = UpstreamUnavailable(f"Could not reach the provider '{name}'.")
+    return _failed(attempt, Classified(Outcome.PROVIDER_ERROR, str(exc) or error.message), error)
+
+
+def _refused(
+    attempt: Attempt, name: str, status: int, headers: Mapping[str, str], body: bytes
+) -> Attempt:
+    attempt.status = status
+    classified = attempt.adapter.classify(status, headers, body)
+    error = caller_error(name, status, classified, attempt.limits.retry_after)
+    return _failed(attempt, classified, error)
 
 
 def _failed(attempt: Attempt, classified: Classified, error: GatewayError) -> Attempt:

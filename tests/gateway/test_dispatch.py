@@ -1,11 +1,12 @@
-"""One upstream attempt against a provider behind an injected MockTransport (SPEC C5, F1, H1)."""
+"""One upstream attempt against a provider on a loopback port (SPEC C5, F1, H1)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ from gateway.pipeline import FAILURES
 from gateway.providers.base import Outcome
 from quotas.core.retry import Next, retry_decide
 from routing.catalogue import EndpointEntry, ProviderEntry
+from tests.loopback_provider import LoopbackProvider
 
 BASE_URL = "http://provider.test/v1"
 SECRET_PARTS = ("sk-proj-abcd", "wxyz", "org-PLATFORM", "proj_PLATFORM", "Used 29500")
@@ -76,26 +78,33 @@ PROVIDER_ERRORS = {
 
 
 @pytest.fixture
-def provider() -> Iterator[dict[str, httpx.Response]]:
-    """The provider's next answer, served through the gateway's own client for its URL."""
-    answer: dict[str, httpx.Response] = {}
-    client = httpx.AsyncClient(
-        base_url=BASE_URL, transport=httpx.MockTransport(lambda request: answer["response"])
-    )
-    upstream._clients[BASE_URL] = client
-    try:
-        yield answer
-    finally:
-        upstream._clients.pop(BASE_URL, None)
-        asyncio.run(client.aclose())
+def provider() -> Iterator[LoopbackProvider]:
+    """The provider, on a loopback port: set ``provider.answer`` before ``send``."""
+    with LoopbackProvider(lambda body: httpx.Response(500)) as served:
+        yield served
 
 
-def send() -> Attempt:
+def send(provider: LoopbackProvider) -> Attempt:
     body = b'{"model": "acme/chat", "messages": [{"role": "user", "content": "hi"}]}'
     request = CHAT.parse(body, {})
-    return asyncio.run(
-        attempt_send(ENDPOINT, request, response_id="gen-1", model="acme/chat", created=1)
+    base_url = provider.url + "/v1"
+    endpoint = dataclasses.replace(
+        ENDPOINT, provider=dataclasses.replace(ENDPOINT.provider, base_url=base_url)
     )
+
+    async def once() -> Attempt:
+        try:
+            return await attempt_send(
+                endpoint, request, response_id="gen-1", model="acme/chat", created=1
+            )
+        finally:
+            await upstream.clients_close()
+
+    return asyncio.run(once())
+
+
+def answered(response: httpx.Response) -> Callable[[bytes], httpx.Response]:
+    return lambda body: response
 
 
 def answer(status: int, message: str, code: str, headers: dict[str, str]) -> httpx.Response:
@@ -105,8 +114,8 @@ def answer(status: int, message: str, code: str, headers: dict[str, str]) -> htt
 
 @pytest.mark.parametrize("case", PROVIDER_ERRORS, ids=list(PROVIDER_ERRORS))
 def test_it_never_tells_the_caller_the_providers_credential_account_or_usage(provider, case):
-    provider["response"] = answer(*PROVIDER_ERRORS[case])
-    attempt = send()
+    provider.answer = answered(answer(*PROVIDER_ERRORS[case]))
+    attempt = send(provider)
     assert attempt.error is not None
     told = json.dumps(attempt.error.envelope())
     assert not [part for part in SECRET_PARTS if part in told], told
@@ -116,24 +125,24 @@ def test_it_never_tells_the_caller_the_providers_credential_account_or_usage(pro
 
 
 def test_it_passes_on_why_the_provider_rejected_the_callers_request(provider):
-    provider["response"] = answer(400, "'messages' must contain the word 'json'.", "bad", {})
-    attempt = send()
+    provider.answer = answered(answer(400, "'messages' must contain the word 'json'.", "bad", {}))
+    attempt = send(provider)
     assert isinstance(attempt.error, InvalidRequest)
     assert "must contain the word 'json'" in attempt.error.message
 
 
 def test_it_says_when_to_retry_after_the_provider_refused_for_capacity(provider):
-    provider["response"] = answer(*PROVIDER_ERRORS["rate limited"])
-    attempt = send()
+    provider.answer = answered(answer(*PROVIDER_ERRORS["rate limited"]))
+    attempt = send(provider)
     assert isinstance(attempt.error, UpstreamRateLimited)
     assert attempt.error.retry_after == 2.0
-    provider["response"] = answer(429, "Slow down.", "rate_limit_exceeded", {})
-    assert send().error.retry_after == 1.0  # type: ignore[union-attr]
+    provider.answer = answered(answer(429, "Slow down.", "rate_limit_exceeded", {}))
+    assert send(provider).error.retry_after == 1.0  # type: ignore[union-attr]
 
 
 def test_it_tells_the_caller_an_exhausted_provider_account_is_not_their_rate(provider):
-    provider["response"] = answer(*PROVIDER_ERRORS["quota exhausted"])
-    attempt = send()
+    provider.answer = answered(answer(*PROVIDER_ERRORS["quota exhausted"]))
+    attempt = send(provider)
     assert isinstance(attempt.error, UpstreamQuotaExhausted)
     envelope = attempt.error.envelope()["error"]
     assert attempt.error.status == 503 and envelope["code"] == "upstream_quota_exhausted"

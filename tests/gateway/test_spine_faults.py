@@ -5,7 +5,7 @@ reconcile, the ledger records, building the response, remembering the idempotent
 stream relay — and then reads the real Redis store: no lease is left open, every concurrency
 slot is back, and a failure before anything went out gave everything back. The caller gets a
 500 in the envelope with its request id, the ledger has the row, and the Idempotency-Key is
-free again. Providers answer through an injected ``httpx.MockTransport``.
+free again. Providers answer from a loopback port (``tests.loopback_provider``).
 
 Redis away as an answered attempt is settled is no bug but an outage: the answer goes out and
 the grant is left to its lease (the last cases).
@@ -34,7 +34,9 @@ from quotas import broker as broker_module
 from quotas.core.keys import lease_index_key
 from quotas.core.model import Rule
 from routing import live
+from routing.models import Provider
 from tenants.models import ApiKey
+from tests.loopback_provider import LoopbackProvider
 from tests.personas import ACME_KEY, Personas
 
 PROVIDER_URLS = ("http://127.0.0.1:9101/v1", "http://127.0.0.1:9102", "http://127.0.0.1:9103/v1")
@@ -139,27 +141,24 @@ def target(path: str) -> Any:
 
 
 @pytest.fixture
-def providers() -> Iterator[list[httpx.Request]]:
-    """The providers answer every call; the calls they received, in order."""
-    received: list[httpx.Request] = []
+def providers(personas: Personas) -> Iterator[list[bytes]]:
+    """The providers answer every call, from one loopback port; the bodies they received, in
+    order."""
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        received.append(request)
-        if orjson.loads(request.content).get("stream"):
+    def answer(body: bytes) -> httpx.Response:
+        if orjson.loads(body).get("stream"):
             return httpx.Response(
                 200, content=CHUNKS, headers={"content-type": "text/event-stream"}
             )
         return httpx.Response(200, json=COMPLETION)
 
-    for url in PROVIDER_URLS:
-        upstream._clients[url] = httpx.AsyncClient(
-            base_url=url, transport=httpx.MockTransport(answer)
-        )
-    try:
-        yield received
-    finally:
+    with LoopbackProvider(answer) as served:
         for url in PROVIDER_URLS:
-            upstream._clients.pop(url, None)
+            path = url.split("/", 3)[3] if url.count("/") > 2 else ""
+            Provider.objects.filter(base_url=url).update(
+                base_url=f"{served.url}/{path}".rstrip("/")
+            )
+        yield served.received
 
 
 @pytest.fixture
@@ -214,6 +213,7 @@ def serve(*, stream: bool, key: str = "order-1") -> dict[str, Any]:
         finally:
             await broker_module.broker_get().queue.close()
             await gateway_redis.async_client().aclose()
+            await upstream.clients_close()
 
     try:
         return async_to_sync(scenario)()
@@ -283,7 +283,7 @@ def redis_away_once(real: Any) -> Any:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_an_answer_goes_out_when_redis_fails_as_its_grant_is_settled(
     personas: Personas,
-    providers: list[httpx.Request],
+    providers: list[bytes],
     fresh: None,
     monkeypatch: pytest.MonkeyPatch,
     stream: bool,
@@ -312,7 +312,7 @@ def test_an_answer_goes_out_when_redis_fails_as_its_grant_is_settled(
 
 def test_a_job_whose_answer_meets_redis_away_as_it_is_settled_succeeds_with_one_call(
     personas: Personas,
-    providers: list[httpx.Request],
+    providers: list[bytes],
     fresh: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -344,6 +344,7 @@ def test_a_job_whose_answer_meets_redis_away_as_it_is_settled_succeeds_with_one_
         finally:
             await broker_module.broker_get().queue.close()
             await gateway_redis.async_client().aclose()
+            await upstream.clients_close()
 
     try:
         answer = async_to_sync(attempt)()

@@ -54,7 +54,7 @@ async def two_calls_to_a_provider_that_sets_a_cookie() -> tuple[list[str | None]
                 created=1,
             )  # fmt: skip
             assert attempt.ok, attempt.failure
-        kept = len(upstream.client_for(base_url).cookies)
+        kept = len(upstream.session_for(base_url).cookie_jar)
     finally:
         await upstream.clients_close()
         await runner.cleanup()
