@@ -1,10 +1,11 @@
 """The worker's CPU per upstream call, by the two ways ``gateway.upstream`` offers (issue 19
 item 2): httpx's API over the provider's pool (``client_for``, what every call went through
-before, streams still do) and aiohttp itself on the same pool (``session_for``, what
-non-streamed calls use now). One process, ``--connections`` calls in flight, against the
-shared harness's fast mock upstream (TTFT 0) on a free loopback port; CPU is this process's
-``time.process_time`` over exactly ``--calls`` calls, so the mock's own work is not in it and a
-busy machine moves the figure little. The two ways alternate, ``--rounds`` times.
+before; the provider batch API still does) and aiohttp itself on the same pool
+(``session_for``, what completions and embeddings use now, streamed or not). One process,
+``--connections`` calls in flight, against the shared harness's fast mock upstream (TTFT 0) on
+a free loopback port; CPU is this process's ``time.process_time`` over exactly ``--calls``
+calls, so the mock's own work is not in it and a busy machine moves the figure little. The
+two ways alternate, ``--rounds`` times.
 
     .venv/bin/python bench/upstream_client.py [--calls 3000] [--connections 16] [--rounds 3]
 """

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
-import httpx
 import orjson
+from yarl import URL
 
 from gateway.doors.base import CanonicalRequest
 from gateway.errors import (
@@ -34,7 +34,7 @@ from gateway.providers.base import (
     RequestNotSupported,
     StreamError,
 )
-from gateway.upstream import client_for, session_for, session_url, url_for
+from gateway.upstream import UpstreamStream, session_for, session_url
 from routing.catalogue import EndpointEntry
 
 UPSTREAM_WORDS = {
@@ -56,7 +56,7 @@ class Attempt:
     adapter: Adapter
     limits: RateLimitInfo = field(default_factory=RateLimitInfo)
     completion: Completion | None = None
-    stream: httpx.Response | None = None
+    stream: UpstreamStream | None = None
     failure: Classified | None = None
     error: GatewayError | None = None  # what the caller sees if this failure is the last word
     status: int = 0  # the provider's HTTP status when it answered with an error
@@ -136,7 +136,7 @@ async def attempt_send(
     content = orjson.dumps(wire.json)
     if stream:
         return await _send_streamed(
-            attempt, base, url_for(base, wire.path), content, headers, on_send
+            attempt, base, session_url(base, wire.path), content, headers, on_send
         )
     started = time.monotonic()
     on_send()
@@ -173,35 +173,34 @@ async def attempt_send(
 async def _send_streamed(
     attempt: Attempt,
     base: str,
-    url: httpx.URL,
+    url: URL,
     content: bytes,
     headers: Mapping[str, str],
     on_send: Callable[[], None],
 ) -> Attempt:
     """A streamed answer: its status and headers read here, its body by ``gateway.streaming``
-    through httpx (``attempt.stream``)."""
+    (``attempt.stream``)."""
     name = attempt.endpoint.provider.name
-    client = client_for(base)
-    upstream_request = client.build_request("POST", url, content=content, headers=headers)
     started = time.monotonic()
     on_send()
     try:
-        response = await client.send(upstream_request, stream=True)
-    except httpx.TransportError as exc:
-        attempt.seconds = time.monotonic() - started
-        timed_out = isinstance(exc, httpx.TimeoutException) and not isinstance(
-            exc, httpx.ConnectTimeout
+        response = await session_for(base).post(
+            url, data=content, headers=headers, allow_redirects=False
         )
-        return _unreachable(attempt, name, exc, timed_out=timed_out)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        attempt.seconds = time.monotonic() - started
+        return _unreachable(attempt, name, exc, timed_out=_read_timeout(exc))
     attempt.seconds = time.monotonic() - started
     attempt.limits = attempt.adapter.rate_limits(response.headers, now=time.time())
-    if response.status_code >= 400:
+    if response.status >= 400:
         try:
-            body = await response.aread()
+            body = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return _unreachable(attempt, name, exc, timed_out=_read_timeout(exc))
         finally:
-            await response.aclose()
-        return _refused(attempt, name, response.status_code, response.headers, body)
-    attempt.stream = response
+            response.release()
+        return _refused(attempt, name, response.status, response.headers, body)
+    attempt.stream = UpstreamStream(response)
     return attempt
 
 

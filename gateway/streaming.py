@@ -17,12 +17,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from gateway.dispatch import UPSTREAM_WORDS
 from gateway.doors.base import StreamRenderer
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Outcome, SSEParser, StreamError, StreamTranslator, Usage
+from gateway.upstream import UpstreamStream
 from quotas.core.estimate import CHARS_PER_TOKEN
 
 
@@ -41,7 +42,7 @@ class StreamEnd:
 
 
 async def relay(
-    response: httpx.Response,
+    response: UpstreamStream,
     translator: StreamTranslator,
     renderer: StreamRenderer,
     *,
@@ -94,10 +95,10 @@ async def relay(
             said = exc.classified.message if outcome is Outcome.REQUEST_ERROR else ""
             message = f"The provider failed mid-stream: {said or UPSTREAM_WORDS[outcome]}"
             out.append(renderer.fail(UpstreamError(message)))
-        except httpx.TimeoutException:
+        except TimeoutError:  # aiohttp's read timeout between two reads is one too
             status, reason = 504, "upstream_timeout"
             out.append(renderer.fail(UpstreamTimeout("The provider stopped sending.")))
-        except httpx.TransportError:
+        except aiohttp.ClientError:
             status, reason = 502, "upstream_unavailable"
             out.append(renderer.fail(UpstreamUnavailable("The connection to the provider broke.")))
         yield b"".join(out)
@@ -127,7 +128,7 @@ async def relay(
 
 
 async def _end(
-    response: httpx.Response, finish: Callable[[StreamEnd], Awaitable[None]], end: StreamEnd
+    response: UpstreamStream, finish: Callable[[StreamEnd], Awaitable[None]], end: StreamEnd
 ) -> None:
     await response.aclose()
     await finish(end)

@@ -1,11 +1,12 @@
 """One shared connection pool per provider and process (aiohttp), and two ways to use it.
 
-- ``session_for``: aiohttp itself, for a call whose whole answer is read at once (every
-  non-streamed completion and embedding: ``dispatch.attempt_send``). Through httpx's models
-  the same call cost ~220 µs of the worker's CPU against ~90 µs (``bench/upstream_client.py``):
-  its Request and Response objects, header models and send machinery, on top of aiohttp's own.
-- ``client_for``: httpx's API over the same pool (``AiohttpTransport``), for streamed answers
-  (``gateway.streaming`` reads them through httpx) and the provider batch API.
+- ``session_for``: aiohttp itself, for every completion and embedding
+  (``dispatch.attempt_send``; a streamed answer's body is read as an ``UpstreamStream``).
+  Through httpx's models the same call cost ~200 µs of the worker's CPU against ~70 µs
+  (``bench/upstream_client.py``): its Request and Response objects, header models and send
+  machinery, on top of aiohttp's own.
+- ``client_for``: httpx's API over the same pool (``AiohttpTransport``), for the provider
+  batch API.
 
 Transport retries stay off (SPEC F4): one logical request must not become gateway × HTTP ×
 provider retries; the broker owns the retry budget.
@@ -19,6 +20,7 @@ cookie machinery (~3 % of a worker's CPU per request at 16 connections, py-spy).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx
@@ -45,6 +47,25 @@ class UpstreamClient(httpx.AsyncClient):
     @cookies.setter
     def cookies(self, cookies: object) -> None:
         raise TypeError("the upstream client keeps no cookies")
+
+
+class UpstreamStream:
+    """A streamed answer's body as ``gateway.streaming`` reads it: each network read as it
+    comes, and closed early when the relay stops (a client gone, a stream cut)."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return self.response.content.iter_any()
+
+    async def aclose(self) -> None:
+        """Back to the pool when read to its end; otherwise the connection is closed, which
+        is how the provider learns to stop generating."""
+        if self.response.content.at_eof():
+            self.response.release()
+        else:
+            self.response.close()
 
 
 class _PoolTransport(AiohttpTransport):

@@ -1,14 +1,19 @@
 """A provider on a loopback port: a real HTTP server (the standard library's, in a thread of its
 own) that answers each request with what ``answer(body)`` returns, and keeps the bodies it
 received. For tests of the gateway's side of one upstream call, where the simulator's market
-would only get in the way: the call still crosses a socket, as in production."""
+would only get in the way: the call still crosses a socket, as in production.
+
+An answer made from an iterator (``httpx.Response(200, content=parts())``) is streamed: each
+part is written as it comes (chunked), so a generator that sleeps between parts paces the
+stream, and one that sleeps past the gateway's read timeout stalls it."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -29,7 +34,11 @@ class LoopbackProvider:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 provider.received.append(body)
                 response = provider.answer(body)
-                content = response.content
+                try:
+                    content = response.content
+                except httpx.ResponseNotRead:
+                    self.stream(response)
+                    return
                 self.send_response(response.status_code)
                 for name, value in response.headers.items():
                     if name.lower() not in _FRAMING:
@@ -37,6 +46,21 @@ class LoopbackProvider:
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
                 self.wfile.write(content)
+
+            def stream(self, response: httpx.Response) -> None:
+                self.send_response(response.status_code)
+                for name, value in response.headers.items():
+                    if name.lower() not in _FRAMING:
+                        self.send_header(name, value)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for part in response.stream:  # type: ignore[union-attr]
+                        if part:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the gateway went away (a cut, a timeout)
 
             def log_message(self, format: str, *args: object) -> None:
                 return None
@@ -61,3 +85,13 @@ class LoopbackProvider:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def providers_served_by(served: LoopbackProvider, urls: Iterable[str]) -> None:
+    """Point the configured providers at ``urls`` (the reference config's) to ``served``,
+    each keeping its path (``http://127.0.0.1:9101/v1`` → ``<served.url>/v1``)."""
+    from routing.models import Provider
+
+    for url in urls:
+        path = urlsplit(url).path
+        Provider.objects.filter(base_url=url).update(base_url=served.url + path)

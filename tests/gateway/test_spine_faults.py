@@ -34,9 +34,8 @@ from quotas import broker as broker_module
 from quotas.core.keys import lease_index_key
 from quotas.core.model import Rule
 from routing import live
-from routing.models import Provider
 from tenants.models import ApiKey
-from tests.loopback_provider import LoopbackProvider
+from tests.loopback_provider import LoopbackProvider, providers_served_by
 from tests.personas import ACME_KEY, Personas
 
 PROVIDER_URLS = ("http://127.0.0.1:9101/v1", "http://127.0.0.1:9102", "http://127.0.0.1:9103/v1")
@@ -153,11 +152,7 @@ def providers(personas: Personas) -> Iterator[list[bytes]]:
         return httpx.Response(200, json=COMPLETION)
 
     with LoopbackProvider(answer) as served:
-        for url in PROVIDER_URLS:
-            path = url.split("/", 3)[3] if url.count("/") > 2 else ""
-            Provider.objects.filter(base_url=url).update(
-                base_url=f"{served.url}/{path}".rstrip("/")
-            )
+        providers_served_by(served, PROVIDER_URLS)
         yield served.received
 
 

@@ -7,14 +7,15 @@ The ASGI server here is a script: it sends the request, then lets the first body
 ``send`` wait, as a server does for a client that stops reading, until the client hangs up;
 the hang-up (``http.disconnect``) makes the handler give up on that ``send``. Through uvicorn
 on loopback this moment cannot be forced (the kernel buffers megabytes of a stream), so the
-real handler, broker, Redis and ledger run in-process; the provider streams through an
-``httpx.MockTransport``, one event per read.
+real handler, broker, Redis and ledger run in-process; the provider streams from a loopback
+port (``tests.loopback_provider``), one event per write.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from gateway.snapshot import holder
 from quotas import broker as broker_module
 from quotas.core.keys import lease_index_key
 from routing import live
+from tests.loopback_provider import LoopbackProvider, providers_served_by
 from tests.personas import ACME_KEY, Personas
 
 PROVIDER_URLS = ("http://127.0.0.1:9101/v1", "http://127.0.0.1:9102", "http://127.0.0.1:9103/v1")
@@ -51,30 +53,28 @@ def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
     return b"data: " + orjson.dumps(event) + b"\n\n"
 
 
-async def provider_stream() -> AsyncIterator[bytes]:
+def provider_stream() -> Iterator[bytes]:
+    """Paced, so each event is a read of its own: the stream is still running when the client
+    stops reading its first chunk (loopback would hand the gateway all six in one read)."""
     yield chunk({"role": "assistant", "content": ""})
     for word in WORDS:
+        time.sleep(0.02)
         yield chunk({"content": word})
+    time.sleep(0.02)
     yield chunk({}, "stop")
     yield b"data: [DONE]\n\n"
 
 
 @pytest.fixture
-def providers() -> Iterator[None]:
-    def answer(request: httpx.Request) -> httpx.Response:
+def providers(personas: Personas) -> Iterator[None]:
+    def answer(body: bytes) -> httpx.Response:
         return httpx.Response(
             200, content=provider_stream(), headers={"content-type": "text/event-stream"}
         )
 
-    for url in PROVIDER_URLS:
-        upstream._clients[url] = httpx.AsyncClient(
-            base_url=url, transport=httpx.MockTransport(answer)
-        )
-    try:
+    with LoopbackProvider(answer) as served:
+        providers_served_by(served, PROVIDER_URLS)
         yield
-    finally:
-        for url in PROVIDER_URLS:
-            upstream._clients.pop(url, None)
 
 
 @pytest.fixture
@@ -173,6 +173,7 @@ def test_a_stream_cut_off_mid_send_is_settled_before_the_handler_returns(
         finally:
             await broker_module.broker_get().queue.close()
             await gateway_redis.async_client().aclose()
+            await upstream.clients_close()
 
     seen = async_to_sync(scenario)()
 

@@ -3,13 +3,14 @@ is settled like any other ending: the steps it took are in its reservation, the 
 after the last of them, and its bucket counts the partial usage — nothing stays leased.
 
 The real handler, broker, Redis and ledger run in-process (as in ``test_stream_cut``); the
-provider streams through an ``httpx.MockTransport``, one word per read, and then times out.
+provider streams from a loopback port (``tests.loopback_provider``), one word per write, and
+then stops sending: the gateway's read timeout (made short here) ends the stream.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,6 +28,7 @@ from quotas.levels import broker_spec
 from quotas.models import Bucket, WorkloadClass
 from routing import live
 from tests.gateway.test_stream_cut import PROVIDER_URLS, Client, chunk, scope
+from tests.loopback_provider import LoopbackProvider, providers_served_by
 from tests.personas import Personas
 
 STEP = 4
@@ -39,12 +41,15 @@ BODY = {
 }
 
 
-async def provider_stream() -> AsyncIterator[bytes]:
+READ_TIMEOUT = 0.5  # the gateway's UPSTREAM_READ_TIMEOUT in this test
+
+
+def provider_stream() -> Iterator[bytes]:
     yield chunk({"role": "assistant", "content": ""})
     for _ in range(WORDS):
-        await asyncio.sleep(0.005)  # paced: the steps' calls get their turn meanwhile
+        time.sleep(0.005)  # paced: the steps' calls get their turn meanwhile
         yield chunk({"content": " flow"})
-    raise httpx.ReadTimeout("the provider stopped sending")
+    time.sleep(READ_TIMEOUT * 4)  # then nothing, past the gateway's read timeout
 
 
 @pytest.fixture
@@ -59,21 +64,17 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def providers() -> Iterator[None]:
-    def answer(request: httpx.Request) -> httpx.Response:
+def providers(personas: Personas, settings: Any) -> Iterator[None]:
+    settings.UPSTREAM_READ_TIMEOUT = READ_TIMEOUT
+
+    def answer(body: bytes) -> httpx.Response:
         return httpx.Response(
             200, content=provider_stream(), headers={"content-type": "text/event-stream"}
         )
 
-    for url in PROVIDER_URLS:
-        upstream._clients[url] = httpx.AsyncClient(
-            base_url=url, transport=httpx.MockTransport(answer)
-        )
-    try:
+    with LoopbackProvider(answer) as served:
+        providers_served_by(served, PROVIDER_URLS)
         yield
-    finally:
-        for url in PROVIDER_URLS:
-            upstream._clients.pop(url, None)
 
 
 def test_a_stream_in_steps_cut_by_an_upstream_timeout_settles_its_steps_and_partial_usage(
@@ -110,6 +111,7 @@ def test_a_stream_in_steps_cut_by_an_upstream_timeout_settles_its_steps_and_part
         finally:
             await broker_module.broker_get().queue.close()
             await gateway_redis.async_client().aclose()
+            await upstream.clients_close()
 
     seen = async_to_sync(scenario)()
 
