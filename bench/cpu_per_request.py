@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -257,12 +258,20 @@ class Processes:
         return process.pid
 
     def stop(self) -> None:
-        for process in reversed(self.started):  # each by its PID, newest first
+        """Each by its PID, newest first, and then whatever it started that outlived it: a
+        gateway worker stuck in its shutdown when its server process was killed was left
+        running, orphaned, in a network namespace of its own (seen twice, for over an hour)."""
+        for process in reversed(self.started):
+            family = tree(process.pid)[1:]
             process.terminate()
             try:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+            for pid in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         self.started.clear()
 
 
