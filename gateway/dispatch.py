@@ -34,7 +34,7 @@ from gateway.providers.base import (
     RequestNotSupported,
     StreamError,
 )
-from gateway.upstream import UpstreamStream, session_for, session_url
+from gateway.upstream import UpstreamStream, proxy_for, session_for, session_url
 from routing.catalogue import EndpointEntry
 
 UPSTREAM_WORDS = {
@@ -140,9 +140,15 @@ async def attempt_send(
         )
     started = time.monotonic()
     on_send()
+    proxy = proxy_for(base)
     try:
         async with session_for(base).post(
-            session_url(base, wire.path), data=content, headers=headers, allow_redirects=False
+            session_url(base, wire.path),
+            data=content,
+            headers=headers,
+            allow_redirects=False,
+            proxy=proxy.url,
+            proxy_auth=proxy.auth,
         ) as response:
             body = await response.read()
     except (TimeoutError, aiohttp.ClientError) as exc:
@@ -183,9 +189,15 @@ async def _send_streamed(
     name = attempt.endpoint.provider.name
     started = time.monotonic()
     on_send()
+    proxy = proxy_for(base)
     try:
         response = await session_for(base).post(
-            url, data=content, headers=headers, allow_redirects=False
+            url,
+            data=content,
+            headers=headers,
+            allow_redirects=False,
+            proxy=proxy.url,
+            proxy_auth=proxy.auth,
         )
     except (TimeoutError, aiohttp.ClientError) as exc:
         attempt.seconds = time.monotonic() - started

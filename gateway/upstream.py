@@ -11,6 +11,10 @@
 Transport retries stay off (SPEC F4): one logical request must not become gateway × HTTP ×
 provider retries; the broker owns the retry budget.
 
+A provider is reached through the egress proxy the environment names for it (``HTTPS_PROXY``
+/ ``HTTP_PROXY``, unless ``NO_PROXY`` lists its host), read once per provider and process
+(``proxy_for``): aiohttp's own ``trust_env`` reads the environment on every request.
+
 The pool keeps no cookies. It is shared by every tenant's requests to a provider, so a
 cookie one answer set (a CDN's bot-management cookie, say) would ride along with another
 caller's request; and httpx's jar parsed every answer for ``Set-Cookie`` through urllib's
@@ -20,10 +24,14 @@ cookie machinery (~3 % of a worker's CPU per request at 16 connections, py-spy).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import aiohttp
 import httpx
+from aiohttp.helpers import get_env_proxy_for_url
 from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
@@ -77,13 +85,24 @@ class _PoolTransport(AiohttpTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.client = session_for(self.base_url)
+        proxy = proxy_for(self.base_url)
+        self.proxy = None if proxy.url is None else httpx.Proxy(str(proxy.url))
         return await super().handle_async_request(request)
 
     async def aclose(self) -> None:
         return None  # the session is the pool's, closed by clients_close
 
 
+@dataclass(frozen=True)
+class EgressProxy:
+    """A provider's egress proxy and its credentials, or none (``url`` None)."""
+
+    url: URL | None = None
+    auth: aiohttp.BasicAuth | None = None
+
+
 _sessions: dict[str, aiohttp.ClientSession] = {}
+_proxies: dict[str, EgressProxy] = {}
 _clients: dict[str, httpx.AsyncClient] = {}
 _urls: dict[tuple[str, str], tuple[httpx.URL, URL]] = {}
 
@@ -117,6 +136,31 @@ def session_for(base_url: str) -> aiohttp.ClientSession:
         )
         _sessions[base_url] = session
     return session
+
+
+def proxy_for(base_url: str) -> EgressProxy:
+    """The egress proxy for a provider, as the environment names it when first asked: none
+    when it names none, when ``NO_PROXY`` lists the provider's host, or for a provider on this
+    machine's loopback (a local simulator or sidecar is never behind the egress proxy, whatever
+    ``NO_PROXY`` forgot)."""
+    proxy = _proxies.get(base_url)
+    if proxy is None:
+        url = URL(base_url)
+        proxy = EgressProxy()
+        if not _loopback(url.host or ""):
+            with contextlib.suppress(LookupError):
+                proxy = EgressProxy(*get_env_proxy_for_url(url))
+        _proxies[base_url] = proxy
+    return proxy
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def client_for(base_url: str) -> httpx.AsyncClient:
@@ -163,3 +207,4 @@ async def clients_close() -> None:
         if not session.closed and session._loop is asyncio.get_running_loop():
             await session.close()
     _sessions.clear()
+    _proxies.clear()
