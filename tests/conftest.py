@@ -5,7 +5,7 @@ import threading
 import pytest
 from hypothesis import settings
 
-from tests.stack import Stack, free_port, static_collect_once
+from tests.stack import Stack, static_collect_once
 
 # Property tests check behaviour, not speed (benchmarks do that): hypothesis's default 200 ms
 # deadline per example failed a trivial test once with the 2 cores at load ~10 beside e2e stacks.
@@ -39,6 +39,21 @@ class Blackhole:
         self.sock.close()
         for conn in self.accepted:
             conn.close()
+
+
+class ClosedPort:
+    """A port nothing answers on: bound and never listening, so a connection is refused. Held
+    for the session: a port only found free once (bound, then let go) was taken by a server a
+    later test started on an ephemeral port, and the "unreachable" provider answered (a 400
+    from a test's loopback provider, in CI)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def e2e_config(blackhole_port: int, closed_port: int):
@@ -112,12 +127,12 @@ def _static_collected() -> None:
 @pytest.fixture(scope="session")
 def stack():
     """The reference deployment, really started: simulator, gateway (uvicorn), Celery worker."""
-    blackhole = Blackhole()
+    blackhole, closed = Blackhole(), ClosedPort()
     running = Stack(
         database_url=os.environ["DATABASE_URL"],
         redis_url=os.environ["REDIS_URL"],
         latency_scale=0.05,
-        config_edit=e2e_config(blackhole.port, free_port()),
+        config_edit=e2e_config(blackhole.port, closed.port),
         extra_env={"UPSTREAM_READ_TIMEOUT": str(E2E_UPSTREAM_READ_TIMEOUT)},
     )
     try:
@@ -125,3 +140,4 @@ def stack():
     finally:
         running.stop()
         blackhole.close()
+        closed.close()
