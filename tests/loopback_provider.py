@@ -39,19 +39,20 @@ class LoopbackProvider:
                 except httpx.ResponseNotRead:
                     self.stream(response)
                     return
-                self.send_response(response.status_code)
-                for name, value in response.headers.items():
-                    if name.lower() not in _FRAMING:
-                        self.send_header(name, value)
+                self.start(response)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
                 self.wfile.write(content)
 
-            def stream(self, response: httpx.Response) -> None:
+            def start(self, response: httpx.Response) -> None:
+                """The status line and the answer's own headers (framing is written apart)."""
                 self.send_response(response.status_code)
                 for name, value in response.headers.items():
                     if name.lower() not in _FRAMING:
                         self.send_header(name, value)
+
+            def stream(self, response: httpx.Response) -> None:
+                self.start(response)
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 try:
