@@ -4,12 +4,14 @@ it again on the next call, which then happens exactly once. On a private redis-s
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Rule, Usage
+from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Reason, Rule, Usage
 from quotas.queue import BrokerQueue
 from quotas.store.library import ENTRIES, library_code
 from quotas.store.queue_redis import RedisQueueStore
@@ -101,4 +103,104 @@ def test_a_script_error_is_raised_not_taken_for_a_lost_library(redis_server, run
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         runner.run(store.reserve("b", [RPM], DEMAND))
     assert "function|load" not in calls(admin)
+    runner.run(store.client.aclose())
+
+
+def test_calls_that_come_while_one_is_on_its_way_go_together_as_if_one_by_one(
+    redis_server, runner
+):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    admin.config_resetstat()
+
+    async def eight_at_once():
+        return await asyncio.gather(*(store.reserve(f"r{n}", BUCKETS, DEMAND) for n in range(8)))
+
+    verdicts = runner.run(eight_at_once())
+    # The first went alone; the seven that came meanwhile in one batch: two FCALLs, not eight.
+    assert calls(admin)["fcall"] == 2
+    # Five slots: the first five in order were granted, the rest refused, as one by one.
+    assert [isinstance(v, Grant) for v in verdicts] == [True] * 5 + [False] * 3
+    refused = {(v.reason, v.bucket) for v in verdicts[5:]}
+    assert refused == {(Reason.BUCKET_EXHAUSTED, "p-slots")}
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == 0
+
+    async def release_all():
+        return await asyncio.gather(*(store.release(g) for g in verdicts[:5]))
+
+    runner.run(release_all())
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity
+    runner.run(store.client.aclose())
+
+
+def test_a_call_that_fails_in_a_batch_fails_alone(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    first = runner.run(store.reserve("a", [RPM], DEMAND))
+    [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
+    admin.delete(key)
+    admin.hset(key, "not", "a packed string")  # the refill bucket's state is a string
+
+    async def together():
+        return await asyncio.gather(
+            store.release(first),  # on its way: the next three wait and go as one batch
+            store.reserve("b", [SLOTS], DEMAND),
+            store.reserve("c", [RPM], DEMAND),  # WRONGTYPE
+            store.reserve("d", [SLOTS], DEMAND),
+            return_exceptions=True,
+        )
+
+    admin.config_resetstat()
+    released, b, c, d = runner.run(together())
+    assert calls(admin)["fcall"] == 2
+    assert isinstance(b, Grant) and isinstance(d, Grant)
+    assert isinstance(c, ResponseError) and "WRONGTYPE" in str(c)
+    assert isinstance(released, ResponseError)  # the release reads the broken bucket too
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity - 2
+    runner.run(store.client.aclose())
+
+
+def test_a_caller_that_leaves_while_waiting_is_not_sent(redis_server, runner):
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+
+    async def scenario():
+        on_its_way = asyncio.ensure_future(store.reserve("a", BUCKETS, DEMAND))
+        await asyncio.sleep(0)  # "a" is sent; "b" waits for it
+        waiting = asyncio.ensure_future(store.reserve("b", BUCKETS, DEMAND))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        return await on_its_way, await asyncio.gather(waiting, return_exceptions=True)
+
+    grant, [left] = runner.run(scenario())
+    assert isinstance(grant, Grant)
+    assert isinstance(left, asyncio.CancelledError)
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity - 1  # "b" holds nothing
+    runner.run(store.client.aclose())
+
+
+def test_a_batch_to_a_redis_that_lost_the_library_loads_it_and_runs_once(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+
+    async def scenario():
+        first = asyncio.ensure_future(store.reserve("a", BUCKETS, DEMAND))
+        await asyncio.sleep(0)
+        admin.function_flush()  # "a" found it; the batch that follows will not
+        rest = [store.reserve(f"r{n}", BUCKETS, DEMAND) for n in range(3)]
+        return [await first, *await asyncio.gather(*rest)]
+
+    admin.config_resetstat()
+    grants = runner.run(scenario())
+    assert all(isinstance(g, Grant) for g in grants)
+    assert calls(admin)["function|load"] == 1
+    [slots] = runner.run(store.levels([SLOTS]))
+    assert slots.available == SLOTS.capacity - 4  # each call took its slot once
     runner.run(store.client.aclose())
