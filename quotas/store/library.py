@@ -78,7 +78,11 @@ def library_code() -> tuple[str, str]:
     ]
     parts += (f"ENTRY['{name}'] = function(KEYS, ARGV)\n{_body(name)}\nend"
               for name in ENTRIES)  # fmt: skip
-    parts += (f"redis.register_function('{name}_@', ENTRY['{name}'])" for name in ENTRIES)
+    # A call alone never sees a batch's state (lib.lua batch_begin), even one left behind.
+    parts += (f"redis.register_function('{name}_@', function(KEYS, ARGV)\n"
+              f"batch = nil\nreturn ENTRY['{name}'](KEYS, ARGV)\nend)"
+              for name in CALL_ENTRIES)  # fmt: skip
+    parts.append("redis.register_function('batch_@', ENTRY['batch'])")
     text = "\n".join(parts)
     digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     for name in ENTRIES:

@@ -7,6 +7,7 @@ the Lua and the pure core compute the same floats.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 
@@ -448,4 +449,84 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
             if kind == "reserve" and isinstance(results[0], Grant):
                 grants.append(results[0])
     finally:
+        cleanup()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    groups=st.lists(
+        st.lists(op.filter(lambda o: o[0] != "lose"), min_size=1, max_size=6),
+        min_size=1,
+        max_size=8,
+    ),
+    start=st.floats(0, 86400 * 3),
+)
+def test_calls_sent_together_compute_what_they_compute_one_by_one(runner, groups, start):
+    """Calls made at once reach Redis in batches (quotas/store/library.py) that share their
+    bucket states (lib.lua batch_begin): the in-memory twin, called one by one, agrees."""
+    memory, _ = make_store("memory", runner, lease_seconds=20.0, retention_seconds=100.0)
+    redis_store, cleanup = make_store("redis", runner, lease_seconds=20.0, retention_seconds=100.0)
+    library = redis_store.store.library
+    sizes: list[int] = []
+    send = library._batch
+
+    async def counted(batch):
+        sizes.append(len(batch))
+        return await send(batch)
+
+    library._batch = counted
+    try:
+        now = 1_710_000_000.0 + start
+        grants: list[Grant] = []
+        batched_calls = 0
+        i = 0
+        for group in groups:
+            calls: list[tuple[str, tuple, dict]] = []
+            for kind, gap, amount, extra in group:
+                now += gap / 10
+                i += 1
+                at = {"now": now}
+                if kind == "reserve":
+                    demand = Usage(input_tokens=amount, output_tokens=amount / 2, spend=extra)
+                    calls.append(("reserve", (f"r{i % 7}", REPLAYED, demand), at))
+                elif kind in ("reconcile", "release", "renew", "extend") and grants:
+                    g = grants[-1 - i % min(3, len(grants))]
+                    if kind == "reconcile":
+                        usage = Usage(input_tokens=amount, output_tokens=amount / 3, spend=extra)
+                        calls.append(("reconcile", (g, usage), at))
+                    elif kind == "release":
+                        calls.append(("release", (g,), at))
+                    elif kind == "extend":
+                        more = Usage(requests=0, output_tokens=amount, spend=extra, concurrency=0)
+                        calls.append(("extend", (g, more), at))
+                    else:
+                        calls.append(("renew", (g,), {**at, "lease_seconds": 20.0}))
+                elif kind == "reap":
+                    calls.append(("reap", (), {**at, "limit": 3}))
+                elif kind == "observe":
+                    spec = REPLAYED[i % len(REPLAYED)]
+                    remaining = amount % 3 if spec is LEARNED else amount
+                    calls.append(("observe", (spec,), {**at, "remaining": remaining,
+                                                       "reset_at": now + extra}))  # fmt: skip
+                elif kind == "charge":
+                    charges = [(DAY, float(amount)), (SPEND, extra), (ITPM, float(amount))]
+                    calls.append(("charge", (charges,), at))
+            calls.append(("levels", (REPLAYED,), {"now": now}))
+            # The first goes alone; those that wait for it go as one batch if two or more.
+            batched_calls += len(calls) - 1 if len(calls) >= 3 else 0
+
+            async def together(store, calls=calls):
+                return await asyncio.gather(*(getattr(store, m)(*a, **k) for m, a, k in calls))
+
+            one_by_one = runner.run(together(memory.store))  # no awaits: in order, one by one
+            batched = runner.run(together(redis_store.store))
+            assert batched == one_by_one, group
+            grants += [r for r in one_by_one if isinstance(r, Grant)]
+        assert sum(sizes) == batched_calls
+    finally:
+        library._batch = send
         cleanup()

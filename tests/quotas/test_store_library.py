@@ -11,7 +11,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Reason, Rule, Usage
+from quotas.core.model import BucketSpec, Dimension, Grant, Outcome, Reason, Rule, Usage, Window
 from quotas.queue import BrokerQueue
 from quotas.store.library import ENTRIES, library_code
 from quotas.store.queue_redis import RedisQueueStore
@@ -203,4 +203,26 @@ def test_a_batch_to_a_redis_that_lost_the_library_loads_it_and_runs_once(redis_s
     assert calls(admin)["function|load"] == 1
     [slots] = runner.run(store.levels([SLOTS]))
     assert slots.available == SLOTS.capacity - 4  # each call took its slot once
+    runner.run(store.client.aclose())
+
+
+def test_a_batch_leaves_every_bucket_state_it_wrote_with_a_ttl(redis_server, runner):
+    admin = redis.Redis(port=redis_server.port)
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    day = BucketSpec("p-day", POOL, Dimension.REQUESTS, Rule.FIXED_WINDOW, 1000, window=Window.DAY)
+    ramp = BucketSpec("p-ramp", POOL, Dimension.REQUESTS, Rule.RAMP, 100, period=60, factor=2)
+    buckets = [RPM, day, ramp, SLOTS]
+
+    async def together():
+        return await asyncio.gather(*(store.reserve(f"r{n}", buckets, DEMAND) for n in range(4)))
+
+    grants = runner.run(together())  # new keys, first written in the batch (PX), then KEEPTTL
+    assert all(isinstance(g, Grant) for g in grants)
+    states = list(admin.scan_iter(match="lib:*:bp:*"))
+    assert len(states) == 3
+    assert all(admin.pttl(key) > 0 for key in states)
+    [rpm, day_level, ramp_level] = runner.run(store.levels([RPM, day, ramp]))
+    assert rpm.available == pytest.approx(96, abs=0.5)  # refilling since (the real clock)
+    assert (day_level.available, ramp_level.available) == (996, 96)
     runner.run(store.client.aclose())
