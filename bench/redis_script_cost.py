@@ -8,6 +8,10 @@ request: the gateway's figures (bench/redis_cost.py) without the HTTP stack, so 
 the Lua can be measured in seconds.
 
     .venv/bin/python bench/redis_script_cost.py [--requests 2000] [--buckets 0,3] [--ledger]
+        [--concurrency 1]
+
+--concurrency N: N requests in flight at once (each admits, then settles), so the process's
+calls meet and go in batches (quotas/store/library.py), as the gateway's do under load.
 
 --ledger: each settle carries the answer's ledger records as the gateway's does
 (quotas/store/base.py LedgerCarry: a ~530-byte reservation record the script completes with
@@ -112,15 +116,22 @@ async def admit_and_settle(
     await queue.reconcile(grant, ACTUAL, carry=ledger_carry() if ledger else None)
 
 
-async def run(requests: int, buckets: list[BucketSpec], ledger: bool) -> dict[str, float]:
+async def run(
+    requests: int, buckets: list[BucketSpec], ledger: bool, concurrency: int = 1
+) -> dict[str, float]:
     async with private_broker("script-cost") as (url, store, queue):
         for _ in range(50):
             await admit_and_settle(queue, store, buckets, ledger)
         admin = redis.Redis.from_url(url)
         admin.config_resetstat()
         cpu_before = cpu_seconds(admin)
-        for _ in range(requests):
-            await admit_and_settle(queue, store, buckets, ledger)
+
+        async def one_after_another(n: int) -> None:
+            for _ in range(n):
+                await admit_and_settle(queue, store, buckets, ledger)
+
+        share, more = divmod(requests, concurrency)
+        await asyncio.gather(*(one_after_another(share + (i < more)) for i in range(concurrency)))
         cpu = cpu_seconds(admin) - cpu_before
         stats = {k.removeprefix("cmdstat_"): v for k, v in admin.info("commandstats").items()}
         sent = admin.info("stats")["total_net_input_bytes"]
@@ -147,9 +158,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--buckets", default="", help="indexes into BUCKETS (default: all)")
     parser.add_argument("--ledger", action="store_true", help="settles carry ledger records")
+    parser.add_argument("--concurrency", type=int, default=1, help="requests in flight")
     args = parser.parse_args()
     chosen = [BUCKETS[int(i)] for i in args.buckets.split(",")] if args.buckets else BUCKETS
-    for name, value in asyncio.run(run(args.requests, chosen, args.ledger)).items():
+    result = run(args.requests, chosen, args.ledger, args.concurrency)
+    for name, value in asyncio.run(result).items():
         print(f"{name}: {value:.1f}")
 
 
