@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gateway.providers.base import JSON, Classified, SSEEvent, StreamError, Usage
 from gateway.providers.errors import malformed
 
@@ -110,7 +112,7 @@ class AnthropicStreamTranslator:
 
     def feed(self, event: SSEEvent) -> list[JSON]:
         try:
-            data = json.loads(event.data)
+            data = orjson.loads(event.data)
         except ValueError:
             raise StreamError(malformed("stream event")) from None
         if not isinstance(data, dict):

@@ -6,10 +6,11 @@ the gateway's own fields, name the upstream model, and make sure a stream report
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.providers.base import (
     JSON,
@@ -154,7 +155,7 @@ class OpenAIStreamTranslator:
         if not data:
             return []
         try:
-            chunk = json.loads(data)
+            chunk = orjson.loads(data)  # as the whole answers (dispatch.py): ~4x json's speed
         except ValueError:
             raise StreamError(malformed("stream event")) from None
         if not isinstance(chunk, dict):
