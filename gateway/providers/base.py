@@ -78,14 +78,12 @@ class SSEParser:
     _data: list[str] = field(default_factory=list)
 
     def feed(self, chunk: bytes) -> Iterator[SSEEvent]:
-        self._buffer += chunk
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline < 0:
-                return
+        # One split of what came (a read holds many events when the provider is fast), not a
+        # copy of the rest of the buffer per line; the part after the last newline waits.
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        for raw in lines:
             # "replace": a garbled byte must not kill a stream that is otherwise fine.
-            line = self._buffer[:newline].rstrip(b"\r").decode("utf-8", "replace")
-            self._buffer = self._buffer[newline + 1 :]
+            line = raw.rstrip(b"\r").decode("utf-8", "replace")
             if line == "":
                 if self._data:
                     yield SSEEvent(self._event or "message", "\n".join(self._data))
