@@ -48,8 +48,7 @@ STORE_ENTRIES = (
 )
 PLAIN_ENTRIES = ("bootstrap", "recovery_end")
 QUEUE_ENTRIES = ("queue_admit", "queue_pump", "queue_leave", "queue_settle")
-CALL_ENTRIES = (*STORE_ENTRIES, *PLAIN_ENTRIES, *QUEUE_ENTRIES)
-ENTRIES = (*CALL_ENTRIES, "batch")
+ENTRIES = (*STORE_ENTRIES, *PLAIN_ENTRIES, *QUEUE_ENTRIES, "batch")
 LIBRARY_PREFIX = "switchyard_"
 # Calls in one batch at most: a batch holds Redis for its whole run (~0.1 ms a call).
 BATCH_MAX = 32
@@ -79,11 +78,7 @@ def library_code() -> tuple[str, str]:
     ]
     parts += (f"ENTRY['{name}'] = function(KEYS, ARGV)\n{_body(name)}\nend"
               for name in ENTRIES)  # fmt: skip
-    # A call alone never sees a batch's state (lib.lua batch_begin), even one left behind.
-    parts += (f"redis.register_function('{name}_@', function(KEYS, ARGV)\n"
-              f"batch = nil\nreturn ENTRY['{name}'](KEYS, ARGV)\nend)"
-              for name in CALL_ENTRIES)  # fmt: skip
-    parts.append("redis.register_function('batch_@', ENTRY['batch'])")
+    parts += (f"redis.register_function('{name}_@', ENTRY['{name}'])" for name in ENTRIES)
     text = "\n".join(parts)
     digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     for name in ENTRIES:

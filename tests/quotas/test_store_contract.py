@@ -466,8 +466,8 @@ def test_it_computes_the_same_results_in_lua_as_in_the_core(runner, ops, start):
     start=st.floats(0, 86400 * 3),
 )
 def test_calls_sent_together_compute_what_they_compute_one_by_one(runner, groups, start):
-    """Calls made at once reach Redis in batches (quotas/store/library.py) that share their
-    bucket states (lib.lua batch_begin): the in-memory twin, called one by one, agrees."""
+    """Calls made at once reach Redis in batches (quotas/store/library.py, lua/batch.lua): the
+    in-memory twin, called one by one, agrees."""
     memory, _ = make_store("memory", runner, lease_seconds=20.0, retention_seconds=100.0)
     redis_store, cleanup = make_store("redis", runner, lease_seconds=20.0, retention_seconds=100.0)
     library = redis_store.store.library

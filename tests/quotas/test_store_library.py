@@ -217,7 +217,7 @@ def test_a_batch_leaves_every_bucket_state_it_wrote_with_a_ttl(redis_server, run
     async def together():
         return await asyncio.gather(*(store.reserve(f"r{n}", buckets, DEMAND) for n in range(4)))
 
-    grants = runner.run(together())  # new keys, first written in the batch (PX), then KEEPTTL
+    grants = runner.run(together())  # new keys, written first in a batch (PX), then KEEPTTL
     assert all(isinstance(g, Grant) for g in grants)
     states = list(admin.scan_iter(match="lib:*:bp:*"))
     assert len(states) == 3

@@ -1,14 +1,12 @@
 -- batch: several entry calls of one gateway process in one FCALL (quotas/store/library.py,
 -- FunctionLibrary: the calls that came while its previous call was on its way). They run in
 -- the order sent, each exactly as if called alone; one's error is its own reply, not the
--- others'. What they read and write of the packed bucket states goes through one read and one
--- write per bucket for the whole batch (lib.lua batch_begin).
+-- others'.
 -- ARGV[1] n; then per call its entry's name, key count and argument count; then the calls'
 -- keys, one call after another, in KEYS, and their arguments likewise in ARGV.
 -- Returns per call {reply} (a reply of nil is {}), or an error reply.
 local n = tonumber(ARGV[1])
 local out = {}
-batch_begin()  -- lib.lua: the calls share their bucket states, written back at the end
 local k, a = 0, 1 + 3 * n
 for c = 1, n do
   local at = 3 * c - 1
@@ -27,5 +25,4 @@ for c = 1, n do
     out[c] = redis.error_reply(tostring(reply))
   end
 end
-batch_end()
 return out

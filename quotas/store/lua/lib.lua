@@ -48,77 +48,14 @@ local function ttl_ms(seconds)
   return math.ceil(seconds * 1000) + MARGIN_MS
 end
 
--- A batch's reads and writes (batch.lua: several calls of one process in one FCALL). A
--- packed bucket's state is read from Redis once and written back once, when the batch ends;
--- the epoch and whether a spec set is still there are read once. Each call reads what the
--- calls before it in the batch wrote, so the batch computes what the calls one by one would
--- (a script's clock does not move the keys' expiry while it runs: a TTL set at the end runs
--- from the same instant as one set in the middle). nil outside a batch.
-local batch = nil
-
-local function batch_begin()
-  batch = {states = {}, epochs = {}, specs = {}}
-end
-
--- Writes what the batch's calls left in the packed states: one SET a bucket, with the last
--- TTL a call set (PX) or, when none did, the key's own (KEEPTTL).
-local function batch_end()
-  local states = batch.states
-  batch = nil
-  for key, c in pairs(states) do
-    if c[3] then
-      if c[2] then
-        redis.call('SET', key, c[1], 'PX', c[2])
-      else
-        redis.call('SET', key, c[1], 'KEEPTTL')
-      end
-    end
-  end
-end
-
--- A packed bucket's state (false: none), and its write: px = the TTL in ms, nil = keep it.
-local function state_get(key)
-  if not batch then return redis.call('GET', key) end
-  local c = batch.states[key]
-  if not c then
-    c = {redis.call('GET', key), nil, false}
-    batch.states[key] = c
-  end
-  return c[1]
-end
-
-local function state_set(key, state, px)
-  if not batch then
-    if px then
-      redis.call('SET', key, state, 'PX', px)
-    else
-      redis.call('SET', key, state, 'KEEPTTL')
-    end
-    return
-  end
-  local c = batch.states[key]
-  if not c then
-    c = {false, nil, false}
-    batch.states[key] = c
-  end
-  c[1], c[3] = state, true
-  if px then c[2] = px end
-end
-
 -- The store's birth: created (learning for one maximum lease) when the state was lost.
 local function epoch(key, now, max_lease)
-  local known = batch and batch.epochs[key]
-  if known then return known[1], known[2] end
-  local born, learning_until
   local e = redis.call('HMGET', key, 'born', 'until')
   if not e[1] then
     redis.call('HSET', key, 'born', now, 'until', now + max_lease)
-    born, learning_until = now, now + max_lease
-  else
-    born, learning_until = tonumber(e[1]), tonumber(e[2])
+    return now, now + max_lease
   end
-  if batch then batch.epochs[key] = {born, learning_until} end
-  return born, learning_until
+  return tonumber(e[1]), tonumber(e[2])
 end
 
 -- Parsed definitions stay in the library's Lua state between calls: a bucket blob's fields
@@ -179,17 +116,15 @@ local function specs_load(skey, def)
   local t = spec_cache[skey]
   if def ~= '' then
     redis.call('SET', skey, def, 'PX', SPEC_MS)
-    t = t or spec_keep(skey, cmsgpack.unpack(def))
-  elseif t then
-    if batch and batch.specs[skey] then return t end
-    if redis.call('EXISTS', skey) == 0 then return nil end
-  else
-    local raw = redis.call('GET', skey)
-    if not raw then return nil end
-    t = spec_keep(skey, cmsgpack.unpack(raw))
+    return t or spec_keep(skey, cmsgpack.unpack(def))
   end
-  if batch then batch.specs[skey] = true end
-  return t
+  if t then
+    if redis.call('EXISTS', skey) == 1 then return t end
+    return nil
+  end
+  local raw = redis.call('GET', skey)
+  if not raw then return nil end
+  return spec_keep(skey, cmsgpack.unpack(raw))
 end
 
 local function spec_meta(t, i)
@@ -305,7 +240,7 @@ local function slice_value(raw)
 end
 
 local function packed_read(p, key)
-  local state = state_get(key)
+  local state = redis.call('GET', key)
   if not state then return packed_legacy(p, key) end
   local a, b, c = struct.unpack(PACK3, state)
   return a, b, c, false
@@ -492,28 +427,28 @@ local function write_refill(p, v, key, now, level)
   -- Expiring is harmless once the bucket would be full again (and past born + period).
   local need = now + (p.cap - level) * p.period / p.cap + p.period
   if v.exp and v.exp >= need then
-    state_set(key, struct.pack(PACK3, level, ts, v.exp))
+    redis.call('SET', key, struct.pack(PACK3, level, ts, v.exp), 'KEEPTTL')
   else
     local e = need + p.period
-    state_set(key, struct.pack(PACK3, level, ts, e), ttl_ms(e - now))
+    redis.call('SET', key, struct.pack(PACK3, level, ts, e), 'PX', ttl_ms(e - now))
   end
 end
 
 local function write_window(key, v, now, used)
   local state = struct.pack(PACK3, v.a, v.b, used)
   if v.same then
-    state_set(key, state)
+    redis.call('SET', key, state, 'KEEPTTL')
   else
-    state_set(key, state, ttl_ms(v.b - now))
+    redis.call('SET', key, state, 'PX', ttl_ms(v.b - now))
   end
 end
 
 local function write_ramp(p, key, v, cu, pu)
   local state = struct.pack(PACK3, v.a, cu, pu)
   if v.same then
-    state_set(key, state)
+    redis.call('SET', key, state, 'KEEPTTL')
   else
-    state_set(key, state, ttl_ms(2 * p.period))
+    redis.call('SET', key, state, 'PX', ttl_ms(2 * p.period))
   end
 end
 
