@@ -33,6 +33,13 @@ def pairs(flat: list) -> dict:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+def rpm_state_broken(admin: redis.Redis) -> None:
+    """The refill bucket's state, a string, replaced by a hash: its next use is a WRONGTYPE."""
+    [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
+    admin.delete(key)
+    admin.hset(key, "not", "a packed string")
+
+
 def calls(admin: redis.Redis) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): v["calls"] for k, v in admin.info("commandstats").items()}
 
@@ -96,9 +103,7 @@ def test_a_script_error_is_raised_not_taken_for_a_lost_library(redis_server, run
     runner.run(store.bootstrap())
     grant = runner.run(store.reserve("a", [RPM], DEMAND))
     assert isinstance(grant, Grant)
-    [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
-    admin.delete(key)
-    admin.hset(key, "not", "a packed string")  # the refill bucket's state is a string
+    rpm_state_broken(admin)
     admin.config_resetstat()
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         runner.run(store.reserve("b", [RPM], DEMAND))
@@ -141,9 +146,7 @@ def test_a_call_that_fails_in_a_batch_fails_alone(redis_server, runner):
     store = store_on(redis_server.url)
     runner.run(store.bootstrap())
     first = runner.run(store.reserve("a", [RPM], DEMAND))
-    [key] = [k for k in admin.scan_iter(match="lib:*") if b"p-rpm" in k]
-    admin.delete(key)
-    admin.hset(key, "not", "a packed string")  # the refill bucket's state is a string
+    rpm_state_broken(admin)
 
     async def together():
         return await asyncio.gather(
