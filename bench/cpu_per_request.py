@@ -157,7 +157,10 @@ def workers(gateway: int) -> list[int]:
     with one worker uvicorn serves in its own process (granian forks one still)."""
     found = []
     for pid in children(gateway):
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # ended since the listing (a worker being replaced by --fresh)
+            continue
         # granian forks its workers: their command line is the server's (``-m granian``); a
         # checkout's path may hold the word too (this branch's worktree is wt-granian)
         server = b"granian" in cmdline.split(b"\0")

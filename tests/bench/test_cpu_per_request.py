@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
-from bench.cpu_per_request import Processes, tree
+import pytest
+
+from bench import cpu_per_request
+from bench.cpu_per_request import Processes, tree, workers
 
 
 def alive(pid: int) -> bool:
@@ -35,3 +39,28 @@ def test_it_leaves_nothing_behind_that_ignores_sigterm_when_its_parent_is_stoppe
     while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(worker), f"worker {worker} outlived its server"
+
+
+def test_a_child_that_ends_while_the_workers_are_listed_is_not_one_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--fresh`` lists the workers while the ones it replaced are still ending: a child
+    listed and gone before its command line is read is skipped, not an error."""
+    processes = Processes(tmp_path)
+    # a worker as the benchmark knows one: a child whose command line names uvicorn
+    sleeper = "python3 -c 'import time; time.sleep(300)' uvicorn & wait"
+    server = processes.spawn("server", ["bash", "-c", sleeper])
+    try:
+        deadline = time.monotonic() + 10
+        while len(tree(server)) < 2:
+            assert time.monotonic() < deadline, "the worker did not start"
+            time.sleep(0.05)
+        [worker] = tree(server)[1:]
+        ended = subprocess.Popen(["true"])
+        ended.wait()  # reaped: its /proc entry is gone
+        with monkeypatch.context() as patch:
+            patch.setattr(cpu_per_request, "children", lambda pid: [ended.pid, worker])
+            found = workers(server)
+        assert found == [worker]
+    finally:
+        processes.stop()
