@@ -2,10 +2,11 @@
 
 One per bucket set (a request's buckets on one provider account) at a time. The flow:
 
-- A request reserved on its own (``Broker.admit``) shows what its buckets have left. When every
-  one of them could spare ``size`` more such requests and keep ``floor`` of its capacity,
-  the process takes an allowance for the set in the background: one reservation of ``size``
-  requests' demand that does not wait in the fair queue (refused at once if it does not fit).
+- A request reserved on its own (``Broker.admit``) shows what its buckets have left. When
+  every one of them could spare at least two more such requests and keep ``floor`` of its
+  capacity, the process takes an allowance for the set in the background: one reservation of
+  as many requests' demand as they can spare, ``size`` at most, that does not wait in the fair
+  queue (refused at once if it does not fit).
 - The set's next requests are granted from it, without Redis (``grant``), and settled into it
   (``settle``). A request that does not fit what is left reserves on its own, as before.
 - An allowance takes no more requests once it is ``MAX_AGE`` old, its window or slice is
@@ -15,7 +16,7 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
 - A process that stops reconciles its allowances (``close``); one that dies leaves them to
   their lease.
 
-``SWITCHYARD`` setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (0: no allowances).
+The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (0: no allowances).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.faultlog import faults
-from quotas.core.allowance import Allowance, abundant, scaled, suits, usable_until
+from quotas.core.allowance import Allowance, scaled, spare, suits, usable_until
 from quotas.core.book import actual_amount, reserve_amount
 from quotas.core.model import (
     BucketSpec,
@@ -167,10 +168,10 @@ class Allowances:
     ) -> None:
         if key in self._taking or not suits(attempt.specs, demand):
             return
-        if not abundant(parts, demand, self.size, self.floor):
-            return
-        self._taking.add(key)
-        self._later(self._take(key, attempt, demand, place))
+        size = spare(parts, demand, self.size, self.floor)
+        if size:
+            self._taking.add(key)
+            self._later(self._take(key, attempt, demand, size, place))
 
     def owns(self, grant: Grant) -> bool:
         return grant.reservation_id in self._granted
@@ -213,12 +214,12 @@ class Allowances:
 
     # -- allowances -----------------------------------------------------------------------------
 
-    async def _take(self, key: Key, attempt: Attempt, demand: Usage, place: Place) -> None:
+    async def _take(
+        self, key: Key, attempt: Attempt, demand: Usage, size: int, place: Place
+    ) -> None:
         rid = f"allowance:{uuid.uuid4().hex}"
         try:
-            result = await self.broker.allowance_take(
-                rid, attempt, scaled(demand, self.size), place
-            )
+            result = await self.broker.allowance_take(rid, attempt, scaled(demand, size), place)
         except Exception:
             faults.warning(log, "allowance:redis", "an allowance could not be taken")
             return
@@ -227,7 +228,7 @@ class Allowances:
         if result is None or not result.parts:
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        held = Held(key, result, Allowance(demand, self.size, until))
+        held = Held(key, result, Allowance(demand, size, until))
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:

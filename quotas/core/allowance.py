@@ -50,19 +50,26 @@ def scaled(demand: Usage, size: int) -> Usage:
     return Usage(**{name: getattr(demand, name) * size for name in FIELDS})
 
 
-def abundant(parts: Sequence[GrantPart], demand: Usage, size: int, floor: float) -> bool:
-    """Whether the buckets a grant showed can spare an allowance of ``size`` requests like
-    ``demand``: each would keep at least ``floor`` of its capacity after it (from what the
-    grant says was left, so a little later others may have taken some)."""
+# An allowance for fewer requests than this is not worth its two calls (take and reconcile).
+SMALLEST = 2
+
+
+def spare(parts: Sequence[GrantPart], demand: Usage, most: int, floor: float) -> int:
+    """How many requests like ``demand`` the buckets a grant showed can spare an allowance
+    for, at most ``most``: each keeps at least ``floor`` of its capacity after it (from what
+    the grant says was left, so a little later others may have taken some). 0: none."""
     if not parts:
-        return False
+        return 0
+    size = most
     for part in parts:
         if part.skipped or part.remaining is None:
-            return False
+            return 0
         spec = part.bucket
-        if part.remaining - size * reserve_amount(spec, demand) < floor * spec.capacity:
-            return False
-    return True
+        amount = reserve_amount(spec, demand)
+        if amount > 0:
+            room = part.remaining - floor * spec.capacity
+            size = min(size, math.floor(room / amount))
+    return size if size >= SMALLEST else 0
 
 
 def usable_until(parts: Sequence[GrantPart], created_at: float) -> float:

@@ -14,8 +14,8 @@ from quotas.core.allowance import (
     FIELDS,
     MARGIN_SECONDS,
     Allowance,
-    abundant,
     scaled,
+    spare,
     suits,
     usable_until,
 )
@@ -128,16 +128,18 @@ def part(spec: BucketSpec, remaining: float, marker: float = 0.0) -> GrantPart:
     return GrantPart(spec, 1.0, marker=marker, remaining=remaining)
 
 
-def test_only_buckets_that_keep_the_floor_after_it_can_spare_an_allowance() -> None:
-    """After 8 more requests of 50 tokens (400) a 1,000-token bucket must keep half."""
-    assert abundant([part(TOKENS, 900), part(SLOTS, 99)], DEMAND, 8, floor=0.5)
-    assert not abundant([part(TOKENS, 899), part(SLOTS, 99)], DEMAND, 8, floor=0.5)
-    # 100 slots: 8 more must leave 50
-    assert not abundant([part(TOKENS, 1000), part(SLOTS, 57)], DEMAND, 8, floor=0.5)
-    assert not abundant([], DEMAND, 8, floor=0.5)
+def test_an_allowance_is_as_large_as_every_bucket_can_spare_keeping_the_floor() -> None:
+    """A 1,000-token bucket keeping half spares 10 requests of 50 tokens when it has 1,000
+    left, 8 when it has 900; 100 slots keeping half spare 7 with 57 left."""
+    assert spare([part(TOKENS, 1000), part(SLOTS, 99)], DEMAND, 8, floor=0.5) == 8  # at most 8
+    assert spare([part(TOKENS, 900), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 8
+    assert spare([part(TOKENS, 1000), part(SLOTS, 57)], DEMAND, 16, floor=0.5) == 7
+    assert spare([part(TOKENS, 574), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 0  # one: no
+    assert spare([part(TOKENS, 600), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 2
+    assert spare([], DEMAND, 8, floor=0.5) == 0
     skipped = GrantPart(TOKENS, 1.0, skipped=True, remaining=1000)
-    assert not abundant([skipped], DEMAND, 8, floor=0.5)
-    assert not abundant([GrantPart(TOKENS, 1.0, remaining=None)], DEMAND, 8, floor=0.5)
+    assert spare([skipped], DEMAND, 8, floor=0.5) == 0
+    assert spare([GrantPart(TOKENS, 1.0, remaining=None)], DEMAND, 8, floor=0.5) == 0
 
 
 def test_it_is_not_for_streams_in_steps() -> None:
