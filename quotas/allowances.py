@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.faultlog import faults
-from quotas.core.allowance import Allowance, scaled, spare, suits, usable_until
+from quotas.core.allowance import (
+    Allowance,
+    allowance_unit,
+    scaled,
+    spare,
+    suits,
+    usable_until,
+)
 from quotas.core.book import actual_amount, reserve_amount
 from quotas.core.model import (
     BucketSpec,
@@ -111,6 +118,15 @@ class Allowances:
         self._taking: set[Key] = set()
         self._granted: dict[str, tuple[Held, Usage]] = {}  # local reservation id → its allowance
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _on_loop(self) -> None:
+        """Allowances belong to the event loop that took them: another loop (a test's next
+        ``asyncio.run``) starts with none, and leaves those of the one before to their lease."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._current, self._taking, self._granted, self._tasks = {}, set(), {}, set()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -119,6 +135,7 @@ class Allowances:
     ) -> Grant | None:
         """A grant from the set's allowance, or None: reserve on your own (a request larger
         than what is left does, and leaves the allowance to the smaller ones)."""
+        self._on_loop()
         key = (attempt.provider_scope, tuple(attempt.specs))
         held = self._current.get(key)
         if held is None:
@@ -128,12 +145,15 @@ class Allowances:
         if not allowance.take(demand, now):
             if now >= allowance.usable_until:
                 self._retire(held)
+            elif allowance.spent:  # the next one is taken now, from what this one's grant showed
+                self._retire(held)
+                self._consider(key, attempt, demand, place, held.grant.parts)
             return None
         self._granted[reservation_id] = (held, demand)
         BROKER_ALLOWANCE_GRANTS.inc()
-        if allowance.spent:  # the next one is taken now, from what this one's grant showed
+        if allowance.spent:
             self._retire(held)
-            self._consider(key, attempt, allowance.per_request, place, held.grant.parts)
+            self._consider(key, attempt, demand, place, held.grant.parts)
         left = Usage(**allowance.left)
         parts = tuple(
             GrantPart(
@@ -152,6 +172,7 @@ class Allowances:
         they can spare one."""
         if self.size <= 0 or grant.replayed:
             return
+        self._on_loop()
         key = (attempt.provider_scope, tuple(attempt.specs))
         held = self._current.get(key)
         if held is not None and not held.allowance.retired:
@@ -168,10 +189,11 @@ class Allowances:
     ) -> None:
         if key in self._taking or not suits(attempt.specs, demand):
             return
-        size = spare(parts, demand, self.size, self.floor)
+        unit = allowance_unit(demand)
+        size = spare(parts, unit, self.size, self.floor)
         if size:
             self._taking.add(key)
-            self._later(self._take(key, attempt, demand, size, place))
+            self._later(self._take(key, attempt, unit, size, place))
 
     def owns(self, grant: Grant) -> bool:
         return grant.reservation_id in self._granted
@@ -214,12 +236,10 @@ class Allowances:
 
     # -- allowances -----------------------------------------------------------------------------
 
-    async def _take(
-        self, key: Key, attempt: Attempt, demand: Usage, size: int, place: Place
-    ) -> None:
+    async def _take(self, key: Key, attempt: Attempt, unit: Usage, size: int, place: Place) -> None:
         rid = f"allowance:{uuid.uuid4().hex}"
         try:
-            result = await self.broker.allowance_take(rid, attempt, scaled(demand, size), place)
+            result = await self.broker.allowance_take(rid, attempt, scaled(unit, size), place)
         except Exception:
             faults.warning(log, "allowance:redis", "an allowance could not be taken")
             return
@@ -228,7 +248,7 @@ class Allowances:
         if result is None or not result.parts:
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        held = Held(key, result, Allowance(demand, size, until))
+        held = Held(key, result, Allowance(unit, size, until))
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:

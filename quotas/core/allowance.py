@@ -45,6 +45,23 @@ def suits(specs: Sequence[BucketSpec], demand: Usage) -> bool:
     return bool(specs) and demand.output_max <= 0  # a stream in steps extends its own
 
 
+# Requests of one set differ in their tokens and spend (the prompt's length): an allowance sized
+# from one request holds this much more of them per request, so that its neighbours fit too.
+SLACK = 2.0
+
+
+def allowance_unit(demand: Usage) -> Usage:
+    """What an allowance holds per request, sized from ``demand``: one request and one slot,
+    ``SLACK`` times its tokens and spend."""
+    return Usage(
+        requests=demand.requests,
+        input_tokens=demand.input_tokens * SLACK,
+        output_tokens=demand.output_tokens * SLACK,
+        spend=demand.spend * SLACK,
+        concurrency=demand.concurrency,
+    )
+
+
 def scaled(demand: Usage, size: int) -> Usage:
     """The demand of ``size`` requests like ``demand``: what an allowance reserves."""
     return Usage(**{name: getattr(demand, name) * size for name in FIELDS})
@@ -52,12 +69,17 @@ def scaled(demand: Usage, size: int) -> Usage:
 
 # An allowance for fewer requests than this is not worth its two calls (take and reconcile).
 SMALLEST = 2
+# One allowance holds at most this share of any of its buckets: what it holds is out of the
+# fair queue's reach until it is reconciled (a second at most), and a refill bucket that fills
+# up meanwhile loses what comes back unused.
+SHARE = 0.1
 
 
 def spare(parts: Sequence[GrantPart], demand: Usage, most: int, floor: float) -> int:
     """How many requests like ``demand`` the buckets a grant showed can spare an allowance
     for, at most ``most``: each keeps at least ``floor`` of its capacity after it (from what
-    the grant says was left, so a little later others may have taken some). 0: none."""
+    the grant says was left, so a little later others may have taken some) and gives it at
+    most ``SHARE`` of its capacity. 0: none."""
     if not parts:
         return 0
     size = most
@@ -67,7 +89,7 @@ def spare(parts: Sequence[GrantPart], demand: Usage, most: int, floor: float) ->
         spec = part.bucket
         amount = reserve_amount(spec, demand)
         if amount > 0:
-            room = part.remaining - floor * spec.capacity
+            room = min(part.remaining - floor * spec.capacity, SHARE * spec.capacity)
             size = min(size, math.floor(room / amount))
     return size if size >= SMALLEST else 0
 
@@ -93,9 +115,9 @@ def usable_until(parts: Sequence[GrantPart], created_at: float) -> float:
 
 @dataclass
 class Allowance:
-    """An allowance for ``size`` requests like ``per_request``: what is left of it, what its
-    requests used, and how many are in flight. ``usable_until``: no request is granted at or
-    after it."""
+    """An allowance for ``size`` requests of ``per_request`` each (``allowance_unit``): what
+    is left of it, what its requests used, and how many are in flight. ``usable_until``: no
+    request is granted at or after it."""
 
     per_request: Usage
     size: int
@@ -144,7 +166,7 @@ class Allowance:
 
     @property
     def spent(self) -> bool:
-        """It could not grant one more request like the one it was sized for."""
+        """It might not grant one more request: what is left is short of ``per_request``."""
         return any(getattr(self.per_request, name) > self.left[name] for name in FIELDS)
 
     @property

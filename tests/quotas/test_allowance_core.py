@@ -14,6 +14,7 @@ from quotas.core.allowance import (
     FIELDS,
     MARGIN_SECONDS,
     Allowance,
+    allowance_unit,
     scaled,
     spare,
     suits,
@@ -39,10 +40,12 @@ demands = st.builds(
 )
 
 
-def test_an_allowance_reserves_its_size_in_requests_like_the_one_that_showed_the_room() -> None:
-    reserved = scaled(DEMAND, 8)
+def test_an_allowance_holds_a_request_and_a_slot_each_and_room_for_longer_prompts() -> None:
+    """Sized from the request that showed the room, with twice its tokens and spend each: the
+    next requests of its set differ a little (their prompts' lengths)."""
+    reserved = scaled(allowance_unit(DEMAND), 8)
     assert (reserved.requests, reserved.concurrency) == (8, 8)
-    assert (reserved.input_tokens, reserved.output_tokens, reserved.spend) == (240, 160, 0.08)
+    assert (reserved.input_tokens, reserved.output_tokens, reserved.spend) == (480, 320, 0.16)
 
 
 @settings(max_examples=300, deadline=None)
@@ -129,17 +132,20 @@ def part(spec: BucketSpec, remaining: float, marker: float = 0.0) -> GrantPart:
 
 
 def test_an_allowance_is_as_large_as_every_bucket_can_spare_keeping_the_floor() -> None:
-    """A 1,000-token bucket keeping half spares 10 requests of 50 tokens when it has 1,000
-    left, 8 when it has 900; 100 slots keeping half spare 7 with 57 left."""
-    assert spare([part(TOKENS, 1000), part(SLOTS, 99)], DEMAND, 8, floor=0.5) == 8  # at most 8
-    assert spare([part(TOKENS, 900), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 8
-    assert spare([part(TOKENS, 1000), part(SLOTS, 57)], DEMAND, 16, floor=0.5) == 7
-    assert spare([part(TOKENS, 574), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 0  # one: no
-    assert spare([part(TOKENS, 600), part(SLOTS, 99)], DEMAND, 16, floor=0.5) == 2
+    """Of a 10,000-token bucket, 50-token requests: one allowance takes a tenth at most (20
+    requests); keeping half, 5,400 left spare 8, 5,049 none (one is not worth it)."""
+    big = BucketSpec("big", "tenant:acme", Dimension.TOTAL_TOKENS, Rule.REFILL, 10_000, 60)
+    slots = BucketSpec("slots", "provider:theta", Dimension.CONCURRENCY, Rule.CONCURRENCY, 1000)
+    assert spare([part(big, 10_000), part(slots, 999)], DEMAND, 64, floor=0.5) == 20
+    assert spare([part(big, 10_000), part(slots, 999)], DEMAND, 8, floor=0.5) == 8  # at most
+    assert spare([part(big, 5_400), part(slots, 999)], DEMAND, 64, floor=0.5) == 8
+    assert spare([part(big, 10_000), part(slots, 507)], DEMAND, 64, floor=0.5) == 7
+    assert spare([part(big, 5_049), part(slots, 999)], DEMAND, 64, floor=0.5) == 0
+    assert spare([part(big, 5_100), part(slots, 999)], DEMAND, 64, floor=0.5) == 2
     assert spare([], DEMAND, 8, floor=0.5) == 0
-    skipped = GrantPart(TOKENS, 1.0, skipped=True, remaining=1000)
+    skipped = GrantPart(big, 1.0, skipped=True, remaining=10_000)
     assert spare([skipped], DEMAND, 8, floor=0.5) == 0
-    assert spare([GrantPart(TOKENS, 1.0, remaining=None)], DEMAND, 8, floor=0.5) == 0
+    assert spare([GrantPart(big, 1.0, remaining=None)], DEMAND, 8, floor=0.5) == 0
 
 
 def test_it_is_not_for_streams_in_steps() -> None:

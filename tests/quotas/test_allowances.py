@@ -115,7 +115,7 @@ def test_a_request_the_allowance_cannot_cover_reserves_on_its_own(prefix: str) -
     async def scenario(broker: Broker, store: CountingStore) -> None:
         await taken_after_first(broker, buckets)
         calls = len(store.calls)
-        large = Usage(input_tokens=30, output_tokens=2000)  # more than 8 × 130 tokens
+        large = Usage(input_tokens=30, output_tokens=3000)  # more than 8 × 2 × 130 tokens
         grant = await broker.admit("large", buckets, large, turn())
         assert isinstance(grant, Grant)
         assert store.calls[calls:] == ["queue_admit"]  # the allowance stays for the others
