@@ -608,6 +608,6 @@ def broker_get() -> Broker:
 
 async def broker_close() -> None:
     """The process is stopping: its allowances are reconciled now rather than left to their
-    lease (one whose request is still running is, after a few seconds)."""
+    lease (one whose requests are still running after a few seconds is left to it)."""
     if _broker is not None and _broker.allowances is not None:
         await _broker.allowances.close()
