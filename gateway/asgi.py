@@ -44,6 +44,7 @@ from gateway.probes import probe  # noqa: E402
 from gateway.taskdump import tasks_dump_install  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
 from quotas import recovery  # noqa: E402
+from quotas.broker import broker_close  # noqa: E402
 
 Scope = dict[str, Any]
 STATIC_PREFIX = "/" + settings.STATIC_URL.strip("/") + "/"
@@ -225,6 +226,7 @@ async def _lifespan(receive: Any, send: Any) -> None:
             _startup_heap_freeze()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            await broker_close()  # before the ledger's drain: an allowance's records with it
             await recovery.members_leave()
             await ledger.ledger_drain()
             await upstream.clients_close()

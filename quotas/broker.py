@@ -21,6 +21,7 @@ from django.conf import settings
 
 from common import redis as sy_redis
 from common.faultlog import faults
+from quotas.allowances import Allowances, Attempt, Place
 from quotas.core.estimate import Demand
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.jitter import jittered, pause_spread
@@ -275,7 +276,7 @@ class LeaseKeeper:
 
 
 class Broker:
-    def __init__(self, store: RedisReservationStore) -> None:
+    def __init__(self, store: RedisReservationStore, *, allowance_requests: int = 0) -> None:
         self.store = store
         self.queue = BrokerQueue(RedisQueueStore(store), lease_seconds=store.lease_seconds)
         self.lease_seconds = store.lease_seconds
@@ -287,6 +288,8 @@ class Broker:
         # B2: what this process knows of every pooled key's room and health.
         self.keys = KeyPool()
         self._keeper: LeaseKeeper | None = None
+        # Requests granted from this process's allowances, while their buckets are plentiful.
+        self.allowances = Allowances(self, allowance_requests) if allowance_requests else None
 
     # -- key pools (B2) ------------------------------------------------------------------------
 
@@ -316,6 +319,8 @@ class Broker:
         if credential is None:
             return
         self.keys.failed(credential, now, why)
+        if self.allowances is not None:
+            self.allowances.retire_scope(attempt.provider_scope)
         scope = attempt.credential_scope
         if scope is not None:
             with contextlib.suppress(Exception):  # the local eviction already holds
@@ -328,6 +333,11 @@ class Broker:
         if not attempt.buckets:  # nothing limits this request: no state to touch
             now = time.time()
             return Grant(reservation_id, now, now + self.lease_seconds, ())
+        allowances = self.allowances
+        if allowances is not None:
+            granted = allowances.grant(reservation_id, attempt, demand, turn)
+            if granted is not None:
+                return granted
         result = await self.queue.admit(
             reservation_id,
             attempt.specs,
@@ -343,11 +353,34 @@ class Broker:
         if isinstance(result, Grant):
             if result.state == "active":  # a replay of a settled one holds nothing
                 self.holdings.add(result)
+                if allowances is not None:
+                    allowances.learn(attempt, demand, turn, result)
             if self.recovery is not None and result.created_at < self.recovery.reported_born:
                 # Granted by the lost state, its answer read after this process reported.
                 self._later(self._adopt(result))
         elif result.reason is Reason.RECOVERING:
             result = self._recovering(result)
+        return result
+
+    async def allowance_take(
+        self, reservation_id: str, attempt: Attempt, demand: Usage, place: Place
+    ) -> Grant | None:
+        """An allowance's reservation (``quotas.allowances``): granted at once or refused,
+        never waiting in the fair queue — it is taken only while there is plenty."""
+        result = await self.queue.admit(
+            reservation_id,
+            attempt.specs,
+            demand,
+            pool=attempt.provider_scope,
+            flow=place.flow,
+            weight=place.weight,
+            deadline=time.time() + 1.0,
+            max_depth=0,
+            flow_depth=0,
+        )
+        if not isinstance(result, Grant) or result.state != "active":
+            return None
+        self.holdings.add(result)
         return result
 
     def _recovering(self, refusal: QueueRefusal) -> QueueRefusal:
@@ -387,6 +420,8 @@ class Broker:
         store can (then ``carry.born`` is set; else the caller appends them)."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
+        if self.allowances is not None and self.allowances.owns(grant):
+            return self.allowances.settle(grant, actual)  # ``carry`` is left to the caller
         self.holdings.settled(grant)
         return await self.queue.reconcile(grant, actual, carry=carry)
 
@@ -396,6 +431,8 @@ class Broker:
         spend (``sent_usage``), which a reconcile keeps exactly as reserved."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
+        if self.allowances is not None and self.allowances.owns(grant):
+            return self.allowances.settle(grant, None if sent is None else sent_usage(sent))
         self.holdings.settled(grant)
         if sent is not None:
             return await self.queue.reconcile(grant, sent_usage(sent))
@@ -406,6 +443,9 @@ class Broker:
         all or nothing, in one round trip; settling then reconciles against all it took."""
         if not grant.parts:  # nothing limits this request
             return Extension(grant.reservation_id, Outcome.EXTENDED, time.time(), grant=grant)
+        if self.allowances is not None and self.allowances.owns(grant):
+            # Never granted to a stream in steps (``quotas.core.allowance.suits``).
+            return Extension(grant.reservation_id, Outcome.UNKNOWN, time.time())
         result = await self.store.extend(grant, more)
         if result.grant is not None:
             self.holdings.extended(result.grant)
@@ -415,8 +455,8 @@ class Broker:
     async def held(self, grant: Grant) -> AsyncIterator[None]:
         """Keep the lease alive while a long request or stream runs (C9, C10): renewed a third
         of a lease after it is taken, then every third, by this loop's ``LeaseKeeper``."""
-        if not grant.parts:
-            yield
+        if not grant.parts or (self.allowances is not None and self.allowances.owns(grant)):
+            yield  # an allowance's request: the allowance keeps its own lease
             return
         loop = asyncio.get_running_loop()
         keeper = self._keeper
@@ -450,6 +490,8 @@ class Broker:
         What is paused is the scope the 429 describes (``refused_scope``): one key of a pool
         when its headers say its own limit refused, else the whole provider account."""
         until = jittered(now + retry_after, spread=pause_spread(retry_after), rng=self._rng)
+        if self.allowances is not None:
+            self.allowances.retire_scope(attempt.provider_scope)
         scope = attempt.provider_scope
         if demand is not None and limits is not None:
             scope = refused_scope(attempt, demand, limits)
@@ -462,6 +504,8 @@ class Broker:
     ) -> bool:
         """A provider 429 that no limit in its headers explains cuts the learned concurrency
         limit of the provider account (``quotas.core.learned``); True if it was such a 429."""
+        if self.allowances is not None:  # a provider 429: its allowances grant no more
+            self.allowances.retire_scope(attempt.provider_scope)
         learned = [b.spec for b in attempt.buckets if b.spec.learned]
         if not learned:
             return False
@@ -487,6 +531,8 @@ class Broker:
 
     async def observe(self, attempt: AttemptBuckets, limits: RateLimitInfo, now: float) -> None:
         """C12: tighten provider buckets from headers when the provider is nearly out."""
+        if self.allowances is not None:
+            self.allowances.retire_scope(attempt.provider_scope)
         for observation in limits.observations:
             if not self._worth_observing(observation):
                 continue
@@ -556,5 +602,12 @@ def broker_get() -> Broker:
             prefix=settings.REDIS_PREFIX,
             lease_seconds=settings.RESERVATION_LEASE_SECONDS,
         )
-        _broker = Broker(store)
+        _broker = Broker(store, allowance_requests=settings.BROKER_ALLOWANCE_REQUESTS)
     return _broker
+
+
+async def broker_close() -> None:
+    """The process is stopping: its allowances are reconciled now rather than left to their
+    lease (one whose requests are still running after a few seconds is left to it)."""
+    if _broker is not None and _broker.allowances is not None:
+        await _broker.allowances.close()

@@ -18,3 +18,12 @@ BROKER_RECOVERIES = Counter(
     "in flight) or lost (reservations may have been, and were re-registered).",
     ["kind"],
 )
+BROKER_ALLOWANCES = Counter(
+    "switchyard_broker_allowances_total",
+    "Allowances this process took (quotas/allowances.py: one reservation for several requests "
+    "while their buckets have plenty left).",
+)
+BROKER_ALLOWANCE_GRANTS = Counter(
+    "switchyard_broker_allowance_grants_total",
+    "Requests granted from an allowance, without a Redis call of their own.",
+)

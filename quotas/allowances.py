@@ -1,0 +1,283 @@
+"""A gateway process's allowances (``quotas.core.allowance``): taken, handed out, reconciled.
+
+One per bucket set (a request's buckets on one provider account) at a time. The flow:
+
+- A request reserved on its own (``Broker.admit``) shows what its buckets have left. When
+  every one of them could spare at least two more such requests and keep ``floor`` of its
+  capacity, the process takes an allowance for the set in the background: one reservation of
+  as many requests' demand as they can spare, ``size`` at most, that does not wait in the fair
+  queue (refused at once if it does not fit).
+- The set's next requests are granted from it, without Redis (``grant``), and settled into it
+  (``settle``). A request that does not fit what is left reserves on its own, as before.
+- An allowance takes no more requests once it is ``MAX_AGE`` old, its window or slice is
+  ending, a 429 paused its provider, or a request no longer fits it (a new one is taken then,
+  if the buckets are still plentiful). When its last request has settled, its reservation is
+  reconciled with what its requests used; until then its lease is renewed like a stream's.
+- A process that stops reconciles its allowances (``close``); one that dies leaves them to
+  their lease.
+
+The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (0: no allowances).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from common.faultlog import faults
+from quotas.core.allowance import (
+    Allowance,
+    allowance_unit,
+    scaled,
+    spare,
+    suits,
+    usable_until,
+)
+from quotas.core.book import actual_amount, reserve_amount
+from quotas.core.model import (
+    BucketSpec,
+    Grant,
+    GrantPart,
+    Outcome,
+    ReconcileResult,
+    Settlement,
+    Usage,
+)
+from quotas.metrics import BROKER_ALLOWANCE_GRANTS, BROKER_ALLOWANCES
+
+log = logging.getLogger(__name__)
+
+MAX_AGE = 1.0  # seconds an allowance grants at most: what a pause or a new config waits for
+FLOOR = 0.5  # each bucket keeps at least this share of its capacity after an allowance
+
+Key = tuple[str, tuple[BucketSpec, ...]]
+
+
+class Attempt(Protocol):
+    """An attempt's buckets (``quotas.broker.AttemptBuckets``)."""
+
+    @property
+    def provider_scope(self) -> str: ...
+
+    @property
+    def specs(self) -> list[BucketSpec]: ...
+
+
+class Place(Protocol):
+    """A request's place in its pool's fair queue (``quotas.broker.Turn``)."""
+
+    @property
+    def flow(self) -> str: ...
+
+    @property
+    def weight(self) -> float: ...
+
+
+class Owner(Protocol):
+    """What allowances need of their process's broker (``quotas.broker.Broker``)."""
+
+    async def allowance_take(
+        self, reservation_id: str, attempt: Attempt, demand: Usage, place: Place
+    ) -> Grant | None:
+        """Reserve at once or not at all, never waiting in the fair queue."""
+        ...
+
+    def held(self, grant: Grant) -> AbstractAsyncContextManager[None]: ...
+
+    async def reconcile(self, grant: Grant, actual: Usage) -> ReconcileResult: ...
+
+
+@dataclass
+class Held:
+    """An allowance with the reservation it was taken as."""
+
+    key: Key
+    grant: Grant
+    allowance: Allowance
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def close_if_done(self) -> None:
+        if self.allowance.closable:
+            self.closed.set()
+
+
+class Allowances:
+    """This process's allowances, on one event loop."""
+
+    def __init__(self, broker: Owner, size: int, *, floor: float = FLOOR) -> None:
+        self.broker = broker
+        self.size = size
+        self.floor = floor
+        self._current: dict[Key, Held] = {}
+        self._taking: set[Key] = set()
+        self._granted: dict[str, tuple[Held, Usage]] = {}  # local reservation id → its allowance
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _on_loop(self) -> None:
+        """Allowances belong to the event loop that took them: another loop (a test's next
+        ``asyncio.run``) starts with none, and leaves those of the one before to their lease."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._current, self._taking, self._granted, self._tasks = {}, set(), {}, set()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def grant(
+        self, reservation_id: str, attempt: Attempt, demand: Usage, place: Place
+    ) -> Grant | None:
+        """A grant from the set's allowance, or None: reserve on your own (a request larger
+        than what is left does, and leaves the allowance to the smaller ones)."""
+        self._on_loop()
+        key = (attempt.provider_scope, tuple(attempt.specs))
+        held = self._current.get(key)
+        if held is None:
+            return None
+        now = time.time()
+        allowance = held.allowance
+        if not allowance.take(demand, now):
+            if now >= allowance.usable_until:
+                self._retire(held)
+            elif allowance.spent:  # the next one is taken now, from what this one's grant showed
+                self._retire(held)
+                self._consider(key, attempt, demand, place, held.grant.parts)
+            return None
+        self._granted[reservation_id] = (held, demand)
+        BROKER_ALLOWANCE_GRANTS.inc()
+        if allowance.spent:
+            self._retire(held)
+            self._consider(key, attempt, demand, place, held.grant.parts)
+        left = Usage(**allowance.left)
+        parts = tuple(
+            GrantPart(
+                p.bucket,
+                reserve_amount(p.bucket, demand),
+                marker=p.marker,
+                # What Redis had left after the allowance, and what the allowance has left.
+                remaining=(p.remaining or 0.0) + max(0.0, reserve_amount(p.bucket, left)),
+            )
+            for p in held.grant.parts
+        )
+        return Grant(reservation_id, now, held.grant.expires_at, parts)
+
+    def learn(self, attempt: Attempt, demand: Usage, place: Place, grant: Grant) -> None:
+        """A request reserved on its own: take an allowance for its set if its buckets show
+        they can spare one."""
+        if self.size <= 0 or grant.replayed:
+            return
+        self._on_loop()
+        key = (attempt.provider_scope, tuple(attempt.specs))
+        held = self._current.get(key)
+        if held is not None and not held.allowance.retired:
+            return
+        self._consider(key, attempt, demand, place, grant.parts)
+
+    def _consider(
+        self,
+        key: Key,
+        attempt: Attempt,
+        demand: Usage,
+        place: Place,
+        parts: tuple[GrantPart, ...],
+    ) -> None:
+        if key in self._taking or not suits(attempt.specs, demand):
+            return
+        unit = allowance_unit(demand)
+        size = spare(parts, unit, self.size, self.floor)
+        if size:
+            self._taking.add(key)
+            self._later(self._take(key, attempt, unit, size, place))
+
+    def owns(self, grant: Grant) -> bool:
+        return grant.reservation_id in self._granted
+
+    def settle(self, grant: Grant, actual: Usage | None) -> ReconcileResult:
+        """Settle a request granted from an allowance (``actual`` None: released unsent)."""
+        held, demand = self._granted.pop(grant.reservation_id)
+        if actual is None:
+            held.allowance.release(demand)
+        else:
+            held.allowance.settle(demand, actual)
+        held.close_if_done()
+        settlements = []
+        for part in grant.parts:
+            used = actual_amount(part.bucket, actual)
+            settlements.append(
+                Settlement(
+                    part.bucket.name,
+                    part.amount,
+                    used,
+                    released=max(0.0, part.amount - used),
+                    charged=max(0.0, used - part.amount),
+                )
+            )
+        outcome = Outcome.RELEASED if actual is None else Outcome.RECONCILED
+        return ReconcileResult(grant.reservation_id, outcome, time.time(), tuple(settlements))
+
+    def retire_scope(self, provider_scope: str) -> None:
+        """A 429 or a nearly empty provider: the account's allowances grant no more."""
+        for key, held in list(self._current.items()):
+            if key[0] == provider_scope:
+                self._retire(held)
+
+    async def close(self) -> None:
+        """Reconcile every allowance whose requests have ended (the process is stopping)."""
+        for held in list(self._current.values()):
+            self._retire(held)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+
+    # -- allowances -----------------------------------------------------------------------------
+
+    async def _take(self, key: Key, attempt: Attempt, unit: Usage, size: int, place: Place) -> None:
+        rid = f"allowance:{uuid.uuid4().hex}"
+        try:
+            result = await self.broker.allowance_take(rid, attempt, scaled(unit, size), place)
+        except Exception:
+            faults.warning(log, "allowance:redis", "an allowance could not be taken")
+            return
+        finally:
+            self._taking.discard(key)
+        if result is None or not result.parts:
+            return
+        until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
+        held = Held(key, result, Allowance(unit, size, until))
+        BROKER_ALLOWANCES.inc()
+        previous = self._current.get(key)
+        if previous is not None:
+            self._retire(previous)
+        self._current[key] = held
+        await self._hold(held, until)
+
+    async def _hold(self, held: Held, until: float) -> None:
+        """Keep the allowance's lease while it grants and while its requests run, then
+        reconcile it with what they used."""
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(max(0.0, until - time.time()), self._retire, held)
+        try:
+            async with self.broker.held(held.grant):
+                await held.closed.wait()
+        finally:
+            timer.cancel()
+            if self._current.get(held.key) is held:
+                del self._current[held.key]
+        with contextlib.suppress(Exception):  # else its lease runs out: its takes stay counted
+            await self.broker.reconcile(held.grant, held.allowance.actual())
+
+    def _retire(self, held: Held) -> None:
+        held.allowance.retired = True
+        if self._current.get(held.key) is held:
+            del self._current[held.key]
+        held.close_if_done()
+
+    def _later(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,227 @@
+"""Allowances on a real Redis (quotas/allowances.py): while a request's buckets have plenty
+left, a gateway process reserves for several requests at once and grants them without a Redis
+call each; the buckets still end up charged exactly what the requests used, no two processes
+ever hand out the same capacity, and a process that dies gives back its slots at its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from quotas import allowances as allowances_module
+from quotas.broker import AttemptBuckets, Broker, Turn
+from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage, Window
+from quotas.snapshot import ScopedBucket
+from quotas.store.redis import RedisReservationStore
+from tests.quotas.conftest import REDIS_URL
+
+PROVIDER = "provider:theta"
+SLOTS = BucketSpec("slots", PROVIDER, Dimension.CONCURRENCY, Rule.CONCURRENCY, 1000)
+TOKENS = BucketSpec(
+    "tokens", "tenant:acme", Dimension.TOTAL_TOKENS, Rule.FIXED_WINDOW, 1e6, window=Window.DAY
+)
+DAILY = BucketSpec(
+    "daily", "tenant:acme", Dimension.REQUESTS, Rule.FIXED_WINDOW, 1e5, window=Window.DAY
+)
+DEMAND = Usage(input_tokens=30, output_tokens=100)
+SIZE = 8
+
+
+def attempt(*specs: BucketSpec) -> AttemptBuckets:
+    return AttemptBuckets(tuple(ScopedBucket(s, "tenant") for s in specs), PROVIDER)
+
+
+def turn() -> Turn:
+    return Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=100, flow_depth=100)
+
+
+class CountingStore(RedisReservationStore):
+    """Counts the broker's calls to Redis (the fair queue's admit and settle included)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    async def call_specs(self, name: str, *args: Any) -> Any:
+        self.calls.append(name)
+        return await super().call_specs(name, *args)
+
+
+def run(
+    prefix: str, scenario: Callable[..., Awaitable[Any]], *, lease: float = 30.0, size: int = SIZE
+) -> Any:
+    async def main() -> Any:
+        client = redis.asyncio.Redis.from_url(REDIS_URL)
+        store = CountingStore(client, prefix=prefix, lease_seconds=lease)
+        broker = Broker(store, allowance_requests=size)
+        try:
+            return await scenario(broker, store)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+async def taken_after_first(broker: Broker, buckets: AttemptBuckets) -> Grant:
+    """One request reserves on its own and shows the room; the allowance follows."""
+    first = await broker.admit("r-0", buckets, DEMAND, turn())
+    assert isinstance(first, Grant)
+    for _ in range(100):
+        if broker.allowances is not None and broker.allowances._current:
+            break
+        await asyncio.sleep(0.01)
+    return first
+
+
+async def levels(store: RedisReservationStore, *specs: BucketSpec) -> dict[str, float]:
+    return {level.bucket: level.available for level in await store.levels(list(specs))}
+
+
+def test_a_set_with_plenty_left_is_granted_from_the_allowance_and_charged_what_it_used(
+    prefix: str,
+) -> None:
+    buckets = attempt(SLOTS, TOKENS, DAILY)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        first = await taken_after_first(broker, buckets)
+        assert store.calls == ["queue_admit", "queue_admit"]  # the request, the allowance
+        grants = [await broker.admit(f"r-{i}", buckets, DEMAND, turn()) for i in range(1, 9)]
+        assert all(isinstance(g, Grant) for g in grants)
+        assert store.calls == ["queue_admit", "queue_admit"]  # the next 8: no Redis call
+        # While they run, Redis shows the allowance's 8 slots and the first request's.
+        assert (await levels(store, SLOTS))["slots"] == 1000 - 9
+        used = Usage(input_tokens=30, output_tokens=12)
+        await broker.reconcile(first, used)
+        for grant in grants:
+            assert isinstance(grant, Grant)
+            await broker.reconcile(grant, used)
+        assert broker.allowances is not None
+        await broker.allowances.close()
+        after = await levels(store, SLOTS, TOKENS, DAILY)
+        # As if each of the 9 had reserved and settled on its own.
+        assert after == {"slots": 1000, "tokens": 1e6 - 9 * 42, "daily": 1e5 - 9}
+
+    run(prefix, scenario)
+
+
+def test_a_request_the_allowance_cannot_cover_reserves_on_its_own(prefix: str) -> None:
+    buckets = attempt(SLOTS, TOKENS, DAILY)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        await taken_after_first(broker, buckets)
+        calls = len(store.calls)
+        large = Usage(input_tokens=30, output_tokens=3000)  # more than 8 × 2 × 130 tokens
+        grant = await broker.admit("large", buckets, large, turn())
+        assert isinstance(grant, Grant)
+        assert store.calls[calls:] == ["queue_admit"]  # the allowance stays for the others
+        assert broker.allowances is not None and not broker.allowances.owns(grant)
+        small = await broker.admit("small", buckets, DEMAND, turn())
+        assert isinstance(small, Grant) and broker.allowances.owns(small)
+
+    run(prefix, scenario)
+
+
+def test_no_allowance_is_taken_while_a_bucket_is_short(prefix: str) -> None:
+    """Two more slots would leave fewer than half of 4: every request reserves on its own."""
+    few = BucketSpec("few-slots", PROVIDER, Dimension.CONCURRENCY, Rule.CONCURRENCY, 4)
+    buckets = attempt(few, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        for i in range(3):
+            grant = await broker.admit(f"r-{i}", buckets, DEMAND, turn())
+            assert isinstance(grant, Grant)
+            await asyncio.sleep(0.02)
+        assert store.calls == ["queue_admit"] * 3
+
+    run(prefix, scenario)
+
+
+def test_two_processes_never_grant_more_than_a_bucket_holds(prefix: str) -> None:
+    """Two brokers (two processes' worth) take allowances and grant without settling until
+    refused: together they granted exactly the 60 slots, never more."""
+    sixty = BucketSpec("sixty", PROVIDER, Dimension.CONCURRENCY, Rule.CONCURRENCY, 60)
+    buckets = attempt(sixty, TOKENS)
+
+    async def main() -> tuple[int, int]:
+        clients = [redis.asyncio.Redis.from_url(REDIS_URL) for _ in range(2)]
+        brokers = [
+            Broker(RedisReservationStore(c, prefix=prefix), allowance_requests=8) for c in clients
+        ]
+        no_wait = Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=0, flow_depth=0)
+        granted = local = 0
+        for n in range(200):
+            broker = brokers[n % 2]
+            grant = await broker.admit(f"r-{n}", buckets, DEMAND, no_wait)
+            if isinstance(grant, Grant):
+                granted += 1
+                local += broker.allowances is not None and broker.allowances.owns(grant)
+            await asyncio.sleep(0.002)  # let the allowances be taken in the background
+        for c in clients:
+            await c.aclose()
+        return granted, local
+
+    granted, local = asyncio.run(main())
+    assert granted <= 60
+    assert local >= 16  # each took at least one allowance (of 8) while half was left
+
+
+def test_a_pause_stops_the_providers_allowances_at_once(prefix: str) -> None:
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        await taken_after_first(broker, buckets)
+        await broker.pause_provider(buckets, retry_after=5.0, now=time.time())
+        calls = len(store.calls)
+        no_wait = Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=0, flow_depth=0)
+        result = await broker.admit("after-429", buckets, DEMAND, no_wait)
+        assert not isinstance(result, Grant)  # the paused account refuses: no allowance
+        assert len(store.calls) == calls + 1
+
+    run(prefix, scenario)
+
+
+@pytest.mark.timeout(30)
+def test_a_process_that_dies_leaves_its_allowance_to_its_lease(prefix: str) -> None:
+    """Its slots come back when the lease runs out (reaped); what it took stays counted."""
+    buckets = attempt(SLOTS, DAILY)
+
+    async def died(broker: Broker, store: CountingStore) -> None:
+        await taken_after_first(broker, buckets)
+        # The process ends here: its allowance is neither settled nor renewed any more.
+
+    run(prefix, died, lease=1.0)
+
+    async def afterwards(broker: Broker, store: CountingStore) -> dict[str, float]:
+        while_held = await levels(store, SLOTS, DAILY)
+        await asyncio.sleep(1.2)
+        await store.reap()
+        return {"while held": while_held, "reaped": await levels(store, SLOTS, DAILY)}
+
+    seen = run(prefix, afterwards)
+    assert seen["while held"] == {"slots": 1000 - 1 - SIZE, "daily": 1e5 - 1 - SIZE}
+    assert seen["reaped"] == {"slots": 1000, "daily": 1e5 - 1 - SIZE}
+
+
+def test_an_allowance_grants_for_a_second_at_most(prefix: str, monkeypatch: Any) -> None:
+    """Then it is reconciled and the next request reserves on its own again (and shows the
+    room for the next allowance)."""
+    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        first = await taken_after_first(broker, buckets)
+        await broker.reconcile(first, DEMAND)
+        await asyncio.sleep(0.4)
+        assert store.calls[-1] == "queue_settle"  # the allowance, reconciled
+        assert (await levels(store, SLOTS))["slots"] == 1000
+        calls = len(store.calls)
+        grant = await broker.admit("later", buckets, DEMAND, turn())
+        assert isinstance(grant, Grant)
+        assert store.calls[calls] == "queue_admit"
+
+    run(prefix, scenario)
