@@ -15,7 +15,9 @@ change who gets scarce capacity (D2, E1): an allowance is only taken when, after
 bucket would still hold ``floor`` of its capacity — under contention every request reserves
 on its own, through the fair queue, exactly as before. A process that dies leaves its
 allowance to its lease (C9): its concurrency comes back, and what it took stays counted, as a
-reaped reservation's estimates stay counted.
+reaped reservation's estimates stay counted; the ledger then has the allowance's reservation
+row (the reap's), not one for each of its requests that was still in flight. Every answered
+request has its own row, appended before its answer goes out (I2).
 
 A 429 stops the provider's allowances at once (``quotas.allowances``): a learned concurrency
 limit is then cut to what is in flight, the allowance's slots included, and they come back
