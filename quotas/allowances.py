@@ -5,14 +5,16 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
 - A request reserved on its own (``Broker.admit``) shows what its buckets have left. When
   every one of them could spare at least two more such requests and keep ``floor`` of its
   capacity, the process takes an allowance for the set in the background: one reservation of
-  as many requests' demand as they can spare, ``size`` at most, that does not wait in the fair
-  queue (refused at once if it does not fit).
+  as many such requests as they can spare (``size`` at most, a tenth of any bucket at most;
+  twice the request's tokens and spend each, ``allowance_unit``) that does not wait in the
+  fair queue (refused at once if it does not fit).
 - The set's next requests are granted from it, without Redis (``grant``), and settled into it
   (``settle``). A request that does not fit what is left reserves on its own, as before.
-- An allowance takes no more requests once it is ``MAX_AGE`` old, its window or slice is
-  ending, a 429 paused its provider, or a request no longer fits it (a new one is taken then,
-  if the buckets are still plentiful). When its last request has settled, its reservation is
-  reconciled with what its requests used; until then its lease is renewed like a stream's.
+- An allowance takes no more requests once it is ``MAX_AGE`` old, its window, slice or ramp
+  interval is ending, a 429 or a nearly empty provider stopped the account's, or it is spent
+  (a new one is taken then, if the buckets are still plentiful). When its last request has
+  settled, its reservation is reconciled with what its requests used; until then its lease
+  is renewed like a stream's.
 - A process that stops reconciles its allowances (``close``); one that dies leaves them to
   their lease.
 

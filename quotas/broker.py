@@ -338,18 +338,7 @@ class Broker:
             granted = allowances.grant(reservation_id, attempt, demand, turn)
             if granted is not None:
                 return granted
-        result = await self.queue.admit(
-            reservation_id,
-            attempt.specs,
-            demand,
-            pool=attempt.provider_scope,
-            flow=turn.flow,
-            weight=turn.weight,
-            deadline=turn.deadline,
-            max_depth=turn.max_depth,
-            flow_depth=turn.flow_depth,
-            cost=turn.cost,
-        )
+        result = await self._enter(reservation_id, attempt, demand, turn)
         if isinstance(result, Grant):
             if result.state == "active":  # a replay of a settled one holds nothing
                 self.holdings.add(result)
@@ -367,21 +356,28 @@ class Broker:
     ) -> Grant | None:
         """An allowance's reservation (``quotas.allowances``): granted at once or refused,
         never waiting in the fair queue — it is taken only while there is plenty."""
-        result = await self.queue.admit(
-            reservation_id,
-            attempt.specs,
-            demand,
-            pool=attempt.provider_scope,
-            flow=place.flow,
-            weight=place.weight,
-            deadline=time.time() + 1.0,
-            max_depth=0,
-            flow_depth=0,
-        )
+        no_wait = Turn(place.flow, place.weight, time.time() + 1.0, max_depth=0, flow_depth=0)
+        result = await self._enter(reservation_id, attempt, demand, no_wait)
         if not isinstance(result, Grant) or result.state != "active":
             return None
         self.holdings.add(result)
         return result
+
+    async def _enter(
+        self, reservation_id: str, attempt: Attempt, demand: Usage, turn: Turn
+    ) -> Grant | QueueRefusal:
+        return await self.queue.admit(
+            reservation_id,
+            attempt.specs,
+            demand,
+            pool=attempt.provider_scope,
+            flow=turn.flow,
+            weight=turn.weight,
+            deadline=turn.deadline,
+            max_depth=turn.max_depth,
+            flow_depth=turn.flow_depth,
+            cost=turn.cost,
+        )
 
     def _recovering(self, refusal: QueueRefusal) -> QueueRefusal:
         """A refusal while the state is relearnt says when that is expected to end (not the
