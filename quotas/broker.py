@@ -379,6 +379,11 @@ class Broker:
             cost=turn.cost,
         )
 
+    def _allowance_of(self, grant: Grant) -> Allowances | None:
+        """This process's allowances, if ``grant`` came from one (no reservation of its own)."""
+        allowances = self.allowances
+        return allowances if allowances is not None and allowances.owns(grant) else None
+
     def _recovering(self, refusal: QueueRefusal) -> QueueRefusal:
         """A refusal while the state is relearnt says when that is expected to end (not the
         learning period's conservative bound), and gets this process to look at once."""
@@ -416,8 +421,8 @@ class Broker:
         store can (then ``carry.born`` is set; else the caller appends them)."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RECONCILED, time.time())
-        if self.allowances is not None and self.allowances.owns(grant):
-            return self.allowances.settle(grant, actual)  # ``carry`` is left to the caller
+        if (allowances := self._allowance_of(grant)) is not None:
+            return allowances.settle(grant, actual)  # ``carry`` is left to the caller
         self.holdings.settled(grant)
         return await self.queue.reconcile(grant, actual, carry=carry)
 
@@ -427,8 +432,8 @@ class Broker:
         spend (``sent_usage``), which a reconcile keeps exactly as reserved."""
         if not grant.parts:
             return ReconcileResult(grant.reservation_id, Outcome.RELEASED, time.time())
-        if self.allowances is not None and self.allowances.owns(grant):
-            return self.allowances.settle(grant, None if sent is None else sent_usage(sent))
+        if (allowances := self._allowance_of(grant)) is not None:
+            return allowances.settle(grant, None if sent is None else sent_usage(sent))
         self.holdings.settled(grant)
         if sent is not None:
             return await self.queue.reconcile(grant, sent_usage(sent))
@@ -439,7 +444,7 @@ class Broker:
         all or nothing, in one round trip; settling then reconciles against all it took."""
         if not grant.parts:  # nothing limits this request
             return Extension(grant.reservation_id, Outcome.EXTENDED, time.time(), grant=grant)
-        if self.allowances is not None and self.allowances.owns(grant):
+        if self._allowance_of(grant) is not None:
             # Never granted to a stream in steps (``quotas.core.allowance.suits``).
             return Extension(grant.reservation_id, Outcome.UNKNOWN, time.time())
         result = await self.store.extend(grant, more)
@@ -451,7 +456,7 @@ class Broker:
     async def held(self, grant: Grant) -> AsyncIterator[None]:
         """Keep the lease alive while a long request or stream runs (C9, C10): renewed a third
         of a lease after it is taken, then every third, by this loop's ``LeaseKeeper``."""
-        if not grant.parts or (self.allowances is not None and self.allowances.owns(grant)):
+        if not grant.parts or self._allowance_of(grant) is not None:
             yield  # an allowance's request: the allowance keeps its own lease
             return
         loop = asyncio.get_running_loop()

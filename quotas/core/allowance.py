@@ -177,7 +177,6 @@ class Allowance:
         return self.retired and self.in_flight == 0
 
     def actual(self) -> Usage:
-        """What its requests used, for reconciling the allowance's reservation."""
-        used = {name: self.used[name] for name in FIELDS}
-        used["concurrency"] = 0.0
-        return Usage(cached_input_tokens=self.cached_input_tokens, **used)
+        """What its requests used, for reconciling the allowance's reservation (no slot counts
+        as used: each came back when its request settled)."""
+        return Usage(cached_input_tokens=self.cached_input_tokens, **self.used)
