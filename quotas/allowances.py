@@ -10,11 +10,14 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
   fair queue (refused at once if it does not fit).
 - The set's next requests are granted from it, without Redis (``grant``), and settled into it
   (``settle``). A request that does not fit what is left reserves on its own, as before.
+- While a quarter or less of it is left (of its requests, or of its time), its next request
+  starts taking the next one, which replaces it when it comes: the set's requests do not
+  reserve on their own while an allowance is on its way.
 - An allowance takes no more requests once it is ``MAX_AGE`` old, its window, slice or ramp
-  interval is ending, a 429 or a nearly empty provider stopped the account's, or it is spent
-  (a new one is taken then, if the buckets are still plentiful). When its last request has
-  settled, its reservation is reconciled with what its requests used; until then its lease
-  is renewed like a stream's.
+  interval is ending, a 429 or a nearly empty provider stopped the account's, it is spent
+  (a new one is taken then, if the buckets are still plentiful), or the next one has come.
+  When its last request has settled, its reservation is reconciled with what its requests
+  used; until then its lease is renewed like a stream's.
 - A process that stops reconciles its allowances (``close``); one that dies leaves them to
   their lease.
 
@@ -103,6 +106,7 @@ class Held:
     grant: Grant
     allowance: Allowance
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    renewing: bool = False  # its next one was asked for; it replaces this one when it comes
 
     def close_if_done(self) -> None:
         if self.allowance.closable:
@@ -155,6 +159,9 @@ class Allowances:
         BROKER_ALLOWANCE_GRANTS.inc()
         if allowance.spent:
             self._retire(held)
+            self._consider(key, attempt, demand, place, held.grant.parts)
+        elif not held.renewing and allowance.running_low(now):
+            held.renewing = True  # once: a refused renewal leaves the set to run out as before
             self._consider(key, attempt, demand, place, held.grant.parts)
         left = Usage(**allowance.left)
         parts = tuple(
@@ -250,7 +257,7 @@ class Allowances:
         if result is None or not result.parts:
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        held = Held(key, result, Allowance(unit, size, until))
+        held = Held(key, result, Allowance(unit, size, until, result.created_at))
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:

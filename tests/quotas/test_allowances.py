@@ -225,3 +225,66 @@ def test_an_allowance_grants_for_a_second_at_most(prefix: str, monkeypatch: Any)
         assert store.calls[calls] == "queue_admit"
 
     run(prefix, scenario)
+
+
+async def steady(broker: Broker, buckets: AttemptBuckets, count: int, gap: float) -> list[bool]:
+    """``count`` requests of one set, one every ``gap`` seconds, each settled at once: which
+    of them were granted from an allowance."""
+    assert broker.allowances is not None
+    from_allowance = []
+    for i in range(count):
+        grant = await broker.admit(f"s-{i}", buckets, DEMAND, turn())
+        assert isinstance(grant, Grant)
+        from_allowance.append(broker.allowances.owns(grant))
+        await broker.reconcile(grant, DEMAND)
+        await asyncio.sleep(gap)
+    return from_allowance
+
+
+def test_the_next_allowance_is_taken_while_a_quarter_of_the_current_one_is_left(
+    prefix: str,
+) -> None:
+    """Not once it is spent: requests that come meanwhile would each reserve on their own.
+    The buckets still end as if each request had reserved alone."""
+    buckets = attempt(SLOTS, TOKENS, DAILY)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        first = await taken_after_first(broker, buckets)
+        await broker.reconcile(first, DEMAND)
+        admits = store.calls.count("queue_admit")  # the request's and the allowance's
+        grants = [await broker.admit(f"r-{i}", buckets, DEMAND, turn()) for i in range(1, 6)]
+        await asyncio.sleep(0.05)
+        assert store.calls.count("queue_admit") == admits  # 3 of 8 left: not yet
+        grants.append(await broker.admit("r-6", buckets, DEMAND, turn()))  # 2 of 8 left
+        await asyncio.sleep(0.05)
+        assert store.calls.count("queue_admit") == admits + 1  # the next one
+        assert broker.allowances is not None
+        assert all(isinstance(g, Grant) and broker.allowances.owns(g) for g in grants)
+        for grant in grants:
+            assert isinstance(grant, Grant)
+            await broker.reconcile(grant, DEMAND)
+        later = await steady(broker, buckets, 20, 0.005)
+        assert later == [True] * 20
+        await broker.allowances.close()
+        assert await levels(store, SLOTS, TOKENS, DAILY) == {
+            "slots": 1000,
+            "tokens": 1e6 - 27 * 130,
+            "daily": 1e5 - 27,
+        }
+
+    run(prefix, scenario)
+
+
+def test_a_steady_set_takes_its_next_allowance_before_the_current_one_is_too_old(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """With a quarter of its time left, likewise: requests every 20 ms for 0.6 s, allowances
+    of 0.2 s with room for many more requests than that."""
+    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        granted = await steady(broker, buckets, 30, 0.02)
+        assert granted == [False] + [True] * 29
+
+    run(prefix, scenario, size=64)
