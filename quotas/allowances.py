@@ -12,7 +12,8 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
   (``settle``). A request that does not fit what is left reserves on its own, as before.
 - While a quarter or less of it is left (of its requests, or of its time), its next request
   starts taking the next one, which replaces it when it comes: the set's requests do not
-  reserve on their own while an allowance is on its way.
+  reserve on their own while an allowance is on its way. One that reaches its age having
+  granted a request takes the next one then (no request may have come in its last quarter).
 - An allowance takes no more requests once it is ``MAX_AGE`` old, its window, slice or ramp
   interval is ending, a 429 or a nearly empty provider stopped the account's, it is spent
   (a new one is taken then, if the buckets are still plentiful), or the next one has come.
@@ -100,11 +101,15 @@ class Owner(Protocol):
 
 @dataclass
 class Held:
-    """An allowance with the reservation it was taken as."""
+    """An allowance with the reservation it was taken as, and the request it was sized from
+    (its attempt, demand and place: what its renewal is taken for)."""
 
     key: Key
     grant: Grant
     allowance: Allowance
+    attempt: Attempt
+    demand: Usage
+    place: Place
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     renewing: bool = False  # its next one was asked for; it replaces this one when it comes
 
@@ -202,7 +207,7 @@ class Allowances:
         size = spare(parts, unit, self.size, self.floor)
         if size:
             self._taking.add(key)
-            self._later(self._take(key, attempt, unit, size, place))
+            self._later(self._take(key, attempt, demand, size, place))
 
     def owns(self, grant: Grant) -> bool:
         return grant.reservation_id in self._granted
@@ -245,7 +250,10 @@ class Allowances:
 
     # -- allowances -----------------------------------------------------------------------------
 
-    async def _take(self, key: Key, attempt: Attempt, unit: Usage, size: int, place: Place) -> None:
+    async def _take(
+        self, key: Key, attempt: Attempt, demand: Usage, size: int, place: Place
+    ) -> None:
+        unit = allowance_unit(demand)
         rid = f"allowance:{uuid.uuid4().hex}"
         try:
             result = await self.broker.allowance_take(rid, attempt, scaled(unit, size), place)
@@ -257,7 +265,8 @@ class Allowances:
         if result is None or not result.parts:
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        held = Held(key, result, Allowance(unit, size, until, result.created_at))
+        allowance = Allowance(unit, size, until, result.created_at)
+        held = Held(key, result, allowance, attempt, demand, place)
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:
@@ -269,7 +278,7 @@ class Allowances:
         """Keep the allowance's lease while it grants and while its requests run, then
         reconcile it with what they used."""
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(max(0.0, until - time.time()), self._retire, held)
+        timer = loop.call_later(max(0.0, until - time.time()), self._expire, held)
         try:
             async with self.broker.held(held.grant):
                 await held.closed.wait()
@@ -279,6 +288,16 @@ class Allowances:
                 del self._current[held.key]
         with contextlib.suppress(Exception):  # else its lease runs out: its takes stay counted
             await self.broker.reconcile(held.grant, held.allowance.actual())
+
+    def _expire(self, held: Held) -> None:
+        """Its time is up. If it was used and nothing else ended it, the set takes the next
+        one now: at a few requests a second, none may come in its last quarter to ask for it
+        (``grant``). A set no longer used stops after one allowance that grants nothing."""
+        allowance = held.allowance
+        renew = not allowance.retired and not held.renewing and allowance.granted > 0
+        self._retire(held)
+        if renew:
+            self._consider(held.key, held.attempt, held.demand, held.place, held.grant.parts)
 
     def _retire(self, held: Held) -> None:
         held.allowance.retired = True

@@ -288,3 +288,22 @@ def test_a_steady_set_takes_its_next_allowance_before_the_current_one_is_too_old
         assert granted == [False] + [True] * 29
 
     run(prefix, scenario, size=64)
+
+
+def test_a_set_used_a_few_times_a_second_takes_its_next_allowance_when_one_ends(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """No request comes in its last quarter to ask for the next: the one that granted a
+    request takes it as it ends. An allowance that granted none takes no next one."""
+    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        granted = await steady(broker, buckets, 10, 0.12)
+        assert granted == [False] + [True] * 9
+        await asyncio.sleep(0.5)  # the last one grants nothing and ends: no next one
+        assert broker.allowances is not None
+        assert not broker.allowances._current and not broker.allowances._taking
+        assert (await levels(store, SLOTS))["slots"] == 1000
+
+    run(prefix, scenario, size=64)
