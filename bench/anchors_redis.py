@@ -18,6 +18,12 @@ as ``bench/redis_cost.py`` measures (same definitions, so the figures sit beside
 Upstream latency is the mock's TTFT (``POST /__mock/config``), not the provider simulator.
 
     python bench/anchors_redis.py --procstat PATH --gateway-pid PID --out results.json
+    python bench/anchors_redis.py --idle 5    (Redis's CPU a second with no client, before
+                                                the gateway starts: for --redis-idle-cpu)
+
+Redis uses CPU with no client at all (its timer, ``hz`` 10 times a second: ~2 ms a second on
+this machine), which at the 0.5 s case's ~31 requests a second is ~60 µs a request by itself;
+each case also reports its CPU above that idle, over the same span.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import cpu_per_request
-from bench.redis_counters import Stretch, sent_shares
+from bench.redis_counters import Stretch, idle_cpu_rate, sent_shares
 
 URL = "http://127.0.0.1:18100/v1/chat/completions"
 KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
@@ -110,6 +116,11 @@ def measure(
         "seconds": round(seconds, 2),
         "redis_usec_per_req": counted.client_usec(sent) / requests,
         "redis_cpu_us_per_req": counted.cpu_seconds * 1e6 / requests,
+        "redis_idle_cpu_ms_per_s": args.redis_idle_cpu * 1000,
+        # less what the same Redis used idle, before any gateway connected, over as long
+        "redis_cpu_above_idle_us_per_req": (
+            (counted.cpu_seconds - args.redis_idle_cpu * stretch.seconds) * 1e6 / requests
+        ),
         "commands_per_req": counted.calls / requests,
         "evalsha_per_req": evalsha["calls"] / requests,
         "usec_per_evalsha": evalsha["usec"] / evalsha["calls"] if evalsha["calls"] else 0.0,
@@ -125,16 +136,23 @@ def measure(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--procstat", required=True)
-    p.add_argument("--gateway-pid", type=int, required=True)
+    p.add_argument("--procstat")
+    p.add_argument("--gateway-pid", type=int)
     p.add_argument("--redis-port", type=int, default=16392)
     p.add_argument("--workdir", default="/tmp")
     p.add_argument("--connections", type=int, default=16)
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--slow-requests", type=int, default=480)
-    p.add_argument("--out", required=True)
+    p.add_argument("--redis-idle-cpu", type=float, default=0.0, help="CPU s/s idle (--idle)")
+    p.add_argument("--idle", type=float, help="only measure Redis idle for this long, print it")
+    p.add_argument("--out")
     args = p.parse_args()
     client = redis.Redis(port=args.redis_port)
+    if args.idle:
+        print(f"{idle_cpu_rate(client, args.idle):.6f}")
+        return
+    if not (args.procstat and args.gateway_pid and args.out):
+        p.error("--procstat, --gateway-pid and --out are required (but with --idle)")
     rows = [
         measure(client, args, case="ttft0", ttft_ms=0, stream=False, requests=args.requests),
         measure(client, args, case="ttft0_stream", ttft_ms=0, stream=True, requests=args.requests),

@@ -21,6 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def above_idle(r: dict) -> str:
+    """Redis CPU per request less its idle over the same span (runs before 2026-12-05: —)."""
+    v = r.get("redis_cpu_above_idle_us_per_req")
+    return "—" if v is None else f"{v:,.0f}"
+
+
 def mode(r: dict) -> str:
     kind = "streaming" if r["stream"] else "non-streaming"
     return f"{kind}, 0.5 s between requests" if r.get("think_s") else kind
@@ -175,26 +181,32 @@ def main() -> None:
             "body (aiohttp; every request completes); 1 s to settle; counters / N. Redis µs = "
             "`usec` of client-sent commands (a script's inner commands are inside its FCALL); "
             "Redis CPU = the server's `used_cpu_user + used_cpu_sys` (event loop and socket I/O "
-            "included: an upper bound); commands = `calls` of every command, script-inner "
+            "included: an upper bound), and above its idle = less what the same Redis used "
+            "with no client, measured for 5 s before the gateway started, over as long; "
+            "commands = `calls` of every command, script-inner "
             "included; bytes = `total_net_input_bytes`; gateway CPU = uvicorn's process tree "
             'over the same span (the last 1 s idle included). Upstream "500 ms" is the mock with '
             "TTFT 500 ms (`/__mock/config`), not the provider simulator.\n"
         )
         p(
-            "| upstream | mode | requests | errors | Redis µs / req | Redis CPU µs / req | commands "
-            "/ req | FCALL / req | µs / FCALL | bytes to Redis / req | bytes from Redis / req "
-            "| gateway CPU ms / req |"
+            "| upstream | mode | requests | errors | Redis µs / req | Redis CPU µs / req | above "
+            "its idle | commands / req | FCALL / req | µs / FCALL | bytes to Redis / req | bytes "
+            "from Redis / req | gateway CPU ms / req |"
         )
-        p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in redis:
             p(
                 f"| {r['upstream_ttft_ms']} ms | {mode(r)} | "
                 f"{r['requests']} | {r['errors']} | {fmt(r['redis_usec_per_req'], 0)} | "
-                f"{fmt(r['redis_cpu_us_per_req'], 0)} | {fmt(r['commands_per_req'], 1)} | "
+                f"{fmt(r['redis_cpu_us_per_req'], 0)} | {above_idle(r)} | "
+                f"{fmt(r['commands_per_req'], 1)} | "
                 f"{fmt(r['evalsha_per_req'], 2)} | {fmt(r['usec_per_evalsha'], 0)} | "
                 f"{fmt(r['bytes_in_per_req'], 0)} | {fmt(r['bytes_out_per_req'], 0)} | "
                 f"{fmt(r['gateway_cpu_ms_per_req'], 2)} |"
             )
+        if redis[0].get("redis_idle_cpu_ms_per_s") is not None:
+            p(f"\nRedis idle, before the gateway started: "
+              f"{fmt(redis[0]['redis_idle_cpu_ms_per_s'], 2)} ms of CPU a second.")  # fmt: skip
         if r0:
             top = sorted(r0["breakdown"].items(), key=lambda kv: -kv[1][0])[:12]
             p("\nUpstream 0, non-streaming, by command (calls and usec per request, script-inner "
@@ -214,6 +226,7 @@ def main() -> None:
             worst_us <= 120,
             f"Redis CPU per proxied request ≤ 120 µs at upstream 0 and 0.5 s — Redis CPU "
             f"{fmt(r0['redis_cpu_us_per_req'], 0)} / {fmt(r5['redis_cpu_us_per_req'], 0)} µs, "
+            f"above Redis's own idle {above_idle(r0)} / {above_idle(r5)} µs, "
             f"Redis time (commandstats) {fmt(r0['redis_usec_per_req'], 0)} / "
             f"{fmt(r5['redis_usec_per_req'], 0)} µs (0 / 500 ms TTFT, mock, not the simulator).",
         )

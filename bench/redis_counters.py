@@ -64,6 +64,8 @@ class Stretch:
         self.client = client
         client.config_resetstat()
         self._cpu = _cpu_seconds(client)
+        self.started = time.monotonic()
+        self.seconds = 0.0  # how long it lasted, once ended
 
     def end(self) -> Counters:
         raw = self.client.info("commandstats")
@@ -71,6 +73,7 @@ class Stretch:
         for own in HARNESS_COMMANDS:
             commands.pop(own, None)
         cpu = _cpu_seconds(self.client) - self._cpu
+        self.seconds = time.monotonic() - self.started
         stats = self.client.info("stats")
         return Counters(
             commands, cpu, stats["total_net_input_bytes"], stats["total_net_output_bytes"]
@@ -94,6 +97,14 @@ def sent_shares(port: int, out: Path, drive: Callable[[], object]) -> dict[str, 
             inner_sent = seen.setdefault(m.group(2).lower(), [0, 0])
             inner_sent[0 if m.group(1) == "lua" else 1] += 1
     return {name: sent / (inner + sent) for name, (inner, sent) in seen.items()}
+
+
+def idle_cpu_rate(client: redis.Redis, seconds: float) -> float:
+    """Redis's own CPU per second with no client at work (its timer events, ``hz`` times a
+    second): what it costs however few requests come."""
+    before = _cpu_seconds(client)
+    time.sleep(seconds)
+    return (_cpu_seconds(client) - before) / seconds
 
 
 def _cpu_seconds(client: redis.Redis) -> float:
