@@ -10,10 +10,9 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
   fair queue (refused at once if it does not fit).
 - The set's next requests are granted from it, without Redis (``grant``), and settled into it
   (``settle``). A request that does not fit what is left reserves on its own, as before.
-- While a quarter or less of it is left (of its requests, or of its time), its next request
-  starts taking the next one, which replaces it when it comes: the set's requests do not
-  reserve on their own while an allowance is on its way. One that reaches its age having
-  granted a request takes the next one then (no request may have come in its last quarter).
+- While a quarter or less of its requests is left, or ``RENEW_LEAD`` before its time is up
+  if it granted any, the set takes the next one, which replaces it when it comes: the set's
+  requests do not reserve on their own while an allowance is on its way.
 - An allowance takes no more requests once it is ``MAX_AGE`` old, its window, slice or ramp
   interval is ending, a 429 or a nearly empty provider stopped the account's, it is spent
   (a new one is taken then, if the buckets are still plentiful), or the next one has come.
@@ -60,6 +59,9 @@ from quotas.metrics import BROKER_ALLOWANCE_GRANTS, BROKER_ALLOWANCES
 log = logging.getLogger(__name__)
 
 MAX_AGE = 1.0  # seconds an allowance grants at most: what a pause or a new config waits for
+# An allowance that granted a request takes the next one this long before its time is up: no
+# request may come meanwhile to ask for it, and it is there when the first one does.
+RENEW_LEAD = 0.05
 FLOOR = 0.5  # each bucket keeps at least this share of its capacity after an allowance
 
 Key = tuple[str, tuple[BucketSpec, ...]]
@@ -165,9 +167,8 @@ class Allowances:
         if allowance.spent:
             self._retire(held)
             self._consider(key, attempt, demand, place, held.grant.parts)
-        elif not held.renewing and allowance.running_low(now):
-            held.renewing = True  # once: a refused renewal leaves the set to run out as before
-            self._consider(key, attempt, demand, place, held.grant.parts)
+        elif allowance.running_low:
+            self._renew(held)
         left = Usage(**allowance.left)
         parts = tuple(
             GrantPart(
@@ -265,8 +266,7 @@ class Allowances:
         if result is None or not result.parts:
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        allowance = Allowance(unit, size, until, result.created_at)
-        held = Held(key, result, allowance, attempt, demand, place)
+        held = Held(key, result, Allowance(unit, size, until), attempt, demand, place)
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:
@@ -278,25 +278,33 @@ class Allowances:
         """Keep the allowance's lease while it grants and while its requests run, then
         reconcile it with what they used."""
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(max(0.0, until - time.time()), self._expire, held)
+        left = until - time.time()
+        timers = (
+            loop.call_later(max(0.0, left - RENEW_LEAD), self._renew_if_used, held),
+            loop.call_later(max(0.0, left), self._retire, held),
+        )
         try:
             async with self.broker.held(held.grant):
                 await held.closed.wait()
         finally:
-            timer.cancel()
+            for timer in timers:
+                timer.cancel()
             if self._current.get(held.key) is held:
                 del self._current[held.key]
         with contextlib.suppress(Exception):  # else its lease runs out: its takes stay counted
             await self.broker.reconcile(held.grant, held.allowance.actual())
 
-    def _expire(self, held: Held) -> None:
-        """Its time is up. If it was used and nothing else ended it, the set takes the next
-        one now: at a few requests a second, none may come in its last quarter to ask for it
-        (``grant``). A set no longer used stops after one allowance that grants nothing."""
-        allowance = held.allowance
-        renew = not allowance.retired and not held.renewing and allowance.granted > 0
-        self._retire(held)
-        if renew:
+    def _renew_if_used(self, held: Held) -> None:
+        """Its time is nearly up: if it granted a request, the set takes the next one. A set
+        no longer used stops after one allowance that grants nothing."""
+        if held.allowance.granted > 0:
+            self._renew(held)
+
+    def _renew(self, held: Held) -> None:
+        """Take the next allowance, once, for the request this one was sized from; it replaces
+        this one when it comes (``_take``). A refused renewal leaves the set to run out."""
+        if not held.renewing and not held.allowance.retired:
+            held.renewing = True
             self._consider(held.key, held.attempt, held.demand, held.place, held.grant.parts)
 
     def _retire(self, held: Held) -> None:

@@ -115,22 +115,21 @@ def usable_until(parts: Sequence[GrantPart], created_at: float) -> float:
     return until - MARGIN_SECONDS
 
 
-# The next allowance is taken while this much of the current one is left (of its requests, or
-# of its time): it arrives before this one runs out, so the set's requests never fall back to
-# reserving on their own (two Lua calls each) while an allowance is on its way.
+# The next allowance is taken while this much of the current one's requests is left: it
+# arrives before this one is spent, so the set's requests do not fall back to reserving on their
+# own (two Lua calls each) while an allowance is on its way.
 RENEW_SHARE = 0.25
 
 
 @dataclass
 class Allowance:
-    """An allowance for ``size`` requests of ``per_request`` each (``allowance_unit``), taken
-    at ``taken_at``: what is left of it, what its requests used, and how many are in flight.
-    ``usable_until``: no request is granted at or after it."""
+    """An allowance for ``size`` requests of ``per_request`` each (``allowance_unit``): what
+    is left of it, what its requests used, and how many are in flight. ``usable_until``: no
+    request is granted at or after it."""
 
     per_request: Usage
     size: int
     usable_until: float
-    taken_at: float
     reserved: Usage = field(init=False)
     left: dict[str, float] = field(default_factory=dict)
     used: dict[str, float] = field(default_factory=dict)
@@ -178,12 +177,10 @@ class Allowance:
         """It might not grant one more request: what is left is short of ``per_request``."""
         return any(getattr(self.per_request, name) > self.left[name] for name in FIELDS)
 
-    def running_low(self, now: float) -> bool:
-        """Time to take the next one: a quarter or less of its requests or of its time left."""
-        return (
-            self.left["requests"] <= RENEW_SHARE * self.reserved.requests
-            or self.usable_until - now <= RENEW_SHARE * (self.usable_until - self.taken_at)
-        )
+    @property
+    def running_low(self) -> bool:
+        """Time to take the next one: a quarter or less of its requests left."""
+        return self.left["requests"] <= RENEW_SHARE * self.reserved.requests
 
     @property
     def closable(self) -> bool:

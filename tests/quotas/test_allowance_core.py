@@ -60,7 +60,7 @@ def test_it_grants_only_what_it_holds_and_counts_what_its_requests_used(
     """Whatever comes and goes: what is in flight, what was used and what is left add up to
     what it reserved (concurrency: in flight and left), a request it cannot cover whole is
     refused with nothing taken, and its reconcile asks for exactly what its requests used."""
-    allowance = Allowance(Usage(input_tokens=40, output_tokens=40, spend=0.5), 4, 100.0, 0.0)
+    allowance = Allowance(Usage(input_tokens=40, output_tokens=40, spend=0.5), 4, 100.0)
     reserved = allowance.reserved
     in_flight: list[Usage] = []
     used = dict.fromkeys(FIELDS, 0.0)
@@ -94,7 +94,7 @@ def test_it_grants_only_what_it_holds_and_counts_what_its_requests_used(
 
 
 def test_a_retired_allowance_grants_nothing_and_closes_when_its_last_request_ends() -> None:
-    allowance = Allowance(DEMAND, 4, usable_until=100.0, taken_at=0.0)
+    allowance = Allowance(DEMAND, 4, usable_until=100.0)
     assert allowance.take(DEMAND, now=1.0)
     allowance.retired = True
     assert not allowance.take(DEMAND, now=1.0)
@@ -104,33 +104,32 @@ def test_a_retired_allowance_grants_nothing_and_closes_when_its_last_request_end
 
 
 def test_it_is_spent_when_it_could_not_grant_one_more_request_of_its_size() -> None:
-    allowance = Allowance(DEMAND, 2, usable_until=100.0, taken_at=0.0)
+    allowance = Allowance(DEMAND, 2, usable_until=100.0)
     assert allowance.take(DEMAND, now=1.0)
     assert not allowance.spent
     assert allowance.take(Usage(input_tokens=10), now=1.0)  # a smaller one still fits
     assert allowance.spent  # 20 input tokens left: not another 30
 
 
-def test_it_runs_low_with_a_quarter_of_its_requests_or_of_its_time_left() -> None:
-    """Then its next one is taken (``quotas.allowances``), to come before this one ends."""
-    allowance = Allowance(DEMAND, 8, usable_until=11.0, taken_at=10.0)
+def test_it_runs_low_with_a_quarter_of_its_requests_left() -> None:
+    """Then its next one is taken (``quotas.allowances``), to come before this one is spent."""
+    allowance = Allowance(DEMAND, 8, usable_until=11.0)
     for _ in range(5):
         assert allowance.take(DEMAND, now=10.1)
-    assert not allowance.running_low(now=10.1)  # 3 of 8 left, 0.9 s of 1 s
-    assert allowance.running_low(now=10.75)  # a quarter of its time
+    assert not allowance.running_low  # 3 of 8 left
     assert allowance.take(DEMAND, now=10.1)
-    assert allowance.running_low(now=10.1)  # 2 of 8 requests
+    assert allowance.running_low  # 2 of 8
 
 
 def test_it_grants_nothing_at_or_after_its_usable_time() -> None:
-    allowance = Allowance(DEMAND, 4, usable_until=10.0, taken_at=0.0)
+    allowance = Allowance(DEMAND, 4, usable_until=10.0)
     assert allowance.take(DEMAND, now=9.9)
     assert not allowance.take(DEMAND, now=10.0)
 
 
 def test_a_request_that_used_more_than_it_asked_leaves_the_allowance_owing() -> None:
     """Overage: the next requests find less left; the reconcile charges all of it."""
-    allowance = Allowance(DEMAND, 2, usable_until=10.0, taken_at=0.0)
+    allowance = Allowance(DEMAND, 2, usable_until=10.0)
     assert allowance.take(DEMAND, now=1.0)
     allowance.settle(DEMAND, Usage(input_tokens=30, output_tokens=100, spend=0.01))
     assert allowance.left["output_tokens"] == 40 - 100

@@ -275,26 +275,11 @@ def test_the_next_allowance_is_taken_while_a_quarter_of_the_current_one_is_left(
     run(prefix, scenario)
 
 
-def test_a_steady_set_takes_its_next_allowance_before_the_current_one_is_too_old(
+def test_a_used_allowance_takes_the_next_one_shortly_before_its_time_is_up(
     prefix: str, monkeypatch: Any
 ) -> None:
-    """With a quarter of its time left, likewise: requests every 20 ms for 0.6 s, allowances
-    of 0.2 s with room for many more requests than that."""
-    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
-    buckets = attempt(SLOTS, TOKENS)
-
-    async def scenario(broker: Broker, store: CountingStore) -> None:
-        granted = await steady(broker, buckets, 30, 0.02)
-        assert granted == [False] + [True] * 29
-
-    run(prefix, scenario, size=64)
-
-
-def test_a_set_used_a_few_times_a_second_takes_its_next_allowance_when_one_ends(
-    prefix: str, monkeypatch: Any
-) -> None:
-    """No request comes in its last quarter to ask for the next: the one that granted a
-    request takes it as it ends. An allowance that granted none takes no next one."""
+    """At a few requests a second none may come near its end to ask for the next: the one
+    that granted a request takes it then. An allowance that granted none takes no next one."""
     monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
     buckets = attempt(SLOTS, TOKENS)
 
