@@ -21,7 +21,7 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
 - A process that stops reconciles its allowances (``close``); one that dies leaves them to
   their lease.
 
-The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (0: no allowances).
+The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (32; 0: no allowances).
 """
 
 from __future__ import annotations

@@ -2,13 +2,16 @@
 
 import asyncio
 
+import redis
 from redis.asyncio import Redis
 
+from quotas.core.keys import lease_index_key
 from quotas.core.learned import learned_concurrency, learned_name
 from quotas.core.model import BucketSpec
 from quotas.levels import broker_spec
 from quotas.models import Bucket
 from quotas.store.redis import RedisReservationStore
+from tests.stack import wait_until
 
 COLUMNS = (
     "name",
@@ -63,3 +66,24 @@ def _available(stack, spec: BucketSpec) -> float:
             await client.aclose()
 
     return asyncio.run(read())
+
+
+def allowances_over(stack, timeout: float = 5.0) -> None:
+    """Wait until no allowance of the stack's gateway holds capacity: an allowance grants for a
+    second at most and a used one takes the next shortly before its end, so the buckets show
+    what the requests used, not what an allowance holds, within about two seconds of the last
+    request (quotas/allowances.py)."""
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        wait_until(
+            lambda: (
+                not any(
+                    b"allowance:" in lease
+                    for lease in client.zrange(lease_index_key(stack.name), 0, -1)
+                )
+            ),
+            timeout=timeout,
+            what="the gateway's allowances reconciled",
+        )
+    finally:
+        client.close()

@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.brokerstate import bucket_available
+from tests.e2e.brokerstate import allowances_over, bucket_available
 from tests.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -258,6 +258,7 @@ def test_a_keys_own_headers_tighten_that_keys_bucket_only(stack):
     tight_sent, loose_sent = keys["tight"]["admitted"], keys["loose"]["admitted"]
     assert keys["tight"]["rate_limited"] == 0  # tightened before the provider had to refuse
     time.sleep(0.5)  # the observation is written off the response path
+    allowances_over(stack)  # what they held unused is back
     tight = bucket_available(stack, "credential:hdrsim/tight:requests:1m")
     loose = bucket_available(stack, "credential:hdrsim/loose:requests:1m")
     organisation = bucket_available(stack, "provider:hdrsim:requests:1m")

@@ -2,8 +2,9 @@
 
 Each case injects one failure into one step of the spine — dispatch, the provider's answer,
 reconcile, the ledger records, building the response, remembering the idempotent answer, the
-stream relay — and then reads the real Redis store: no lease is left open, every concurrency
-slot is back, and a failure before anything went out gave everything back. The caller gets a
+stream relay — and then reads the real Redis store (once the process's allowances are
+reconciled, ``broker_close``): no lease is left open, every concurrency slot is back, and a
+failure before anything went out gave everything back. The caller gets a
 500 in the envelope with its request id, the ledger has the row, and the Idempotency-Key is
 free again. Providers answer from a loopback port (``tests.loopback_provider``).
 
@@ -190,6 +191,9 @@ def serve(*, stream: bool, key: str = "order-1") -> dict[str, Any]:
                     seen["content"] = None
             else:
                 seen["content"] = answer.content
+            # The process's allowances (the request showed plenty left) are reconciled first:
+            # what is left is the request's own.
+            await broker_module.broker_close()
             seen["after"] = await broker.store.levels(specs)
             seen["leases"] = await gateway_redis.async_client().zcard(
                 lease_index_key(broker.store.prefix)
