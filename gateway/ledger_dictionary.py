@@ -7,8 +7,9 @@ on a proxied request's two records. Primed with the strings they share, it gets 
 of a request through a config with buckets on key, app, team, tenant and provider, with names,
 ids and numbers taken out: what is left is what any configuration's records have in common.
 
-Never edit it: records queued with it must still decode (``ledger.record_decode``). A better one
-is a new constant with a new format byte beside ``ledger.DEFLATED_PRIMED``.
+Never edit it: records queued with it must still decode (``ledger.record_decode``). Records are
+now compressed with Zstandard primed with the same text (``ledger.ZSTD_PRIMED``). A better one is
+a new constant with a new format byte beside those.
 """
 
 DICTIONARY_1 = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from gateway import ledger
 from gateway.ledger import (
     DEFLATED,
     DEFLATED_PRIMED,
+    ZSTD_PRIMED,
     LedgerBuffer,
     ledger_backlog,
     ledger_flush,
@@ -148,15 +150,15 @@ def test_it_keeps_what_it_appended_only_for_a_while_and_appends_it_again_only_af
 
 
 @pytest.mark.django_db
-def test_records_go_to_redis_deflated_and_earlier_forms_are_still_stored(
+def test_records_go_to_redis_compressed_and_earlier_forms_are_still_stored(
     redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Most of what a request sends Redis is its ledger records: they travel deflated, primed
-    with the strings every record shares. Records queued as plain JSON or deflated without the
-    dictionary (by a process from before) are stored all the same."""
+    """Most of what a request sends Redis is its ledger records: they travel compressed, primed
+    with the strings every record shares. Records queued as plain JSON or deflated with or
+    without the dictionary (by a process from before) are stored all the same."""
     monkeypatch.setattr(sy_redis, "_async_client", None)
     buffer = LedgerBuffer()
-    record = {"kind": "generation", **_generation("gen-deflated")}
+    record = {"kind": "generation", **_generation("gen-compressed")}
     record["detail"] = {"route": "strategy=routing_cost; winner=alpha " * 8, "attempts": []}
 
     async def main() -> None:
@@ -168,30 +170,44 @@ def test_records_go_to_redis_deflated_and_earlier_forms_are_still_stored(
 
     asyncio.run(main())
     [item] = sy_redis.sync_client().lrange(sy_redis.key("ledger"), 0, -1)
-    assert item[:1] == DEFLATED_PRIMED and len(item) < len(orjson.dumps(record)) / 4
+    assert item[:1] == ZSTD_PRIMED and len(item) < len(orjson.dumps(record)) / 4
     assert record_decode(item) == orjson.loads(orjson.dumps(record))
     plain = {"kind": "generation", **_generation("gen-plain")}
     earlier = {"kind": "generation", **_generation("gen-deflated-alone")}
     alone = DEFLATED + zlib.compress(orjson.dumps(earlier), 1, wbits=-15)
-    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(plain), alone)
+    primed = {"kind": "generation", **_generation("gen-deflated-primed")}
+    packer = zlib.compressobj(1, zlib.DEFLATED, -13, 6, zdict=DICTIONARY_1)
+    deflated = DEFLATED_PRIMED + packer.compress(orjson.dumps(primed)) + packer.flush()
+    sy_redis.sync_client().rpush(sy_redis.key("ledger"), orjson.dumps(plain), alone, deflated)
 
-    assert ledger_flush() == 3
+    assert ledger_flush() == 4
     stored = sorted(Generation.objects.values_list("id", flat=True))
-    assert stored == ["gen-deflated", "gen-deflated-alone", "gen-plain"]
+    assert stored == ["gen-compressed", "gen-deflated-alone", "gen-deflated-primed", "gen-plain"]
 
 
-def test_a_record_deflated_with_the_small_window_reads_as_one_from_before_and_vice_versa() -> None:
-    """The deflater's small window (``RECORD_WBITS``) is not written in the record: a record
-    longer than the window, and one primed and deflated with zlib's full window as processes
-    before it wrote them, both read back as they were, so a deploy in either order loses none."""
+def test_a_long_record_reads_back_and_so_do_both_forms_deflate_wrote_before() -> None:
+    """Earlier processes deflated records primed with the same dictionary, in an 8 KB window
+    and, before that, zlib's full one (a raw deflate stream does not name its window): both
+    still read, and so does a record far longer than either window."""
     long = {"kind": "generation", **_generation("gen-long")}
-    long["detail"] = {"attempts": [{"endpoint": f"p{i}", "error": "x" * i} for i in range(240)]}
+    long["detail"] = {"attempts": [{"endpoint": f"p{i}", "error": "x" * i} for i in range(400)]}
     raw = orjson.dumps(long)
-    assert len(raw) > 2 * (1 << ledger.RECORD_WBITS)
+    assert len(raw) > 2 * (1 << 15)  # longer than either window
     assert record_decode(record_encode(long)) == orjson.loads(raw)
-    earlier = zlib.compressobj(1, zlib.DEFLATED, -15, zdict=DICTIONARY_1)
-    before = DEFLATED_PRIMED + earlier.compress(raw) + earlier.flush()
-    assert record_decode(before) == orjson.loads(raw)
+    for wbits, memlevel in ((13, 6), (15, 8)):
+        earlier = zlib.compressobj(1, zlib.DEFLATED, -wbits, memlevel, zdict=DICTIONARY_1)
+        before = DEFLATED_PRIMED + earlier.compress(raw) + earlier.flush()
+        assert record_decode(before) == orjson.loads(raw)
+
+
+def test_records_encoded_on_several_threads_at_once_each_read_back() -> None:
+    """A Zstandard compressor serves one thread at a time: each thread has its own."""
+    records = [{"kind": "generation", **_generation(f"gen-thread-{i}")} for i in range(400)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        encoded = list(pool.map(record_encode, records))
+    assert [record_decode(item) for item in encoded] == [
+        orjson.loads(orjson.dumps(r)) for r in records
+    ]
 
 
 def test_an_answer_waits_for_its_record_to_reach_redis_not_for_the_batch_time(

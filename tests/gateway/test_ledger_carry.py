@@ -94,7 +94,7 @@ def test_an_answers_records_ride_in_its_settle_and_are_stored_with_its_settlemen
     assert appends == [] or all(n == 0 for n in appends)  # no append of its own
     assert pinned == b"endpoint-7"
     assert result.outcome is Outcome.RECONCILED
-    assert [item[:1] for item in queued] == [CARRIED, ledger.DEFLATED_PRIMED]
+    assert [item[:1] for item in queued] == [CARRIED, ledger.ZSTD_PRIMED]
     reservation = record_decode(queued[0])
     assert reservation["outcome"] == "reconciled"
     # the settlement as the settle computed it, number for number
