@@ -7,7 +7,7 @@ with one RPUSH, so the ledger costs a Redis round trip per batch, not one or two
 
 Records go to Redis compressed (``record_encode``: Zstandard level 1 primed with the strings
 every record shares, ``ledger_dictionary``; about 2.9 KB of JSON per proxied request becomes
-about 600 bytes, for some 12 µs of CPU): the ledger was most of what a request sent Redis.
+about 600 bytes, for some 10–25 µs of CPU): the ledger was most of what a request sent Redis.
 ``record_decode`` reads every earlier form too, so records queued by an older process (plain
 JSON, deflated with or without the dictionary) are still stored.
 
@@ -81,17 +81,18 @@ DATETIME_FIELDS = ("created_at", "expires_at", "queue_deadline")
 
 # A record's first byte says how it was packed (JSON itself starts with '{'):
 DEFLATED = b"\x01"  # deflated alone (written by earlier versions, still read)
-DEFLATED_PRIMED = b"\x02"  # deflated with ledger_dictionary.DICTIONARY_1 as preset dictionary
+DEFLATED_PRIMED = b"\x02"  # deflated with ledger_dictionary.DICTIONARY_1 (earlier versions)
 # A reservation record appended by its settle (queue_settle.lua): its length (4 bytes, big
 # endian), the record as record_encode packed it, then the settle's JSON (outcome, settled).
 CARRIED = b"\x03"
 # Zstandard, level 1, with ledger_dictionary.DICTIONARY_1 as its (raw content) dictionary: what
 # record_encode writes. Deflate primed the same way (DEFLATED_PRIMED, before) needed a new
-# compressor and its tables for every record, ~14 µs for a proxied request's 1.4 KB record
-# (~27 µs in a loaded worker, 6 % of its CPU in a profile); a Zstandard compressor is made once
-# per thread with the dictionary digested once: ~6 µs, the same size. Readers go first: a flush
-# from before this format cannot read such a record and leaves its claim, which returns to the
-# queue after STALE_CLAIM_SECONDS for a newer one (nothing is lost).
+# compressor and its tables for every record, ~12 µs for a proxied request's 1.4 KB record
+# (~19 with the caches cold, 6 % of a loaded worker's CPU in a profile); a Zstandard compressor
+# is made once per thread with the dictionary digested once: ~5 µs (~12 cold), the same size
+# (bench/results/gateway_cpu.md, seventh session). Readers go first: a flush from before this
+# format cannot read such a record and leaves its claim, which returns to the queue after
+# STALE_CLAIM_SECONDS for a newer one (nothing is lost).
 ZSTD_PRIMED = b"\x04"
 
 _ZSTD_DICTIONARY = zstandard.ZstdCompressionDict(
