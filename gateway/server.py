@@ -22,11 +22,13 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from gateway.errors import InvalidRequest
-
 
 class HttpProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
+        # Imported here: uvicorn loads this protocol before the application, and the errors
+        # bring in Django REST framework, which would import what switchyard.asgi keeps out.
+        from gateway.errors import InvalidRequest
+
         error = InvalidRequest(msg, code="invalid_http_request")
         body = orjson.dumps(error.envelope())
         content = [STATUS_LINE[400]]

@@ -10,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def loaded_after(module: str) -> set[str]:
+def loaded_after(*modules: str) -> set[str]:
     probe = (
-        f"import sys, {module}\n"
+        f"import sys, {', '.join(modules)}\n"
         "print(' '.join(m for m in ('requests', 'httpx._main', 'rich') if sys.modules.get(m)))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "switchyard.settings"}
@@ -23,7 +23,8 @@ def loaded_after(module: str) -> set[str]:
 
 
 def test_a_server_process_loads_neither_requests_nor_httpx_command_line() -> None:
-    assert loaded_after("switchyard.asgi") == set()
+    """In uvicorn's order: its HTTP protocol class (``--http``) first, then the application."""
+    assert loaded_after("gateway.server", "switchyard.asgi") == set()
 
 
 def test_the_gateway_package_alone_would_load_them() -> None:
