@@ -46,6 +46,7 @@ from quotas.core.allowance import (
 )
 from quotas.core.book import actual_amount, reserve_amount
 from quotas.core.model import (
+    NOTHING,
     BucketSpec,
     Grant,
     GrantPart,
@@ -130,6 +131,7 @@ class Allowances:
         self._current: dict[Key, Held] = {}
         self._taking: set[Key] = set()
         self._granted: dict[str, tuple[Held, Usage]] = {}  # local reservation id → its allowance
+        self._stops: dict[str, int] = {}  # provider scope → how many times a 429 stopped it
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -140,6 +142,7 @@ class Allowances:
         if loop is not self._loop:
             self._loop = loop
             self._current, self._taking, self._granted, self._tasks = {}, set(), {}, set()
+            self._stops = {}
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -237,7 +240,9 @@ class Allowances:
         return ReconcileResult(grant.reservation_id, outcome, time.time(), tuple(settlements))
 
     def retire_scope(self, provider_scope: str) -> None:
-        """A 429 or a nearly empty provider: the account's allowances grant no more."""
+        """A 429 or a nearly empty provider: the account's allowances grant no more, nor does
+        one being taken now (``_take``)."""
+        self._stops[provider_scope] = self._stops.get(provider_scope, 0) + 1
         for key, held in list(self._current.items()):
             if key[0] == provider_scope:
                 self._retire(held)
@@ -256,6 +261,7 @@ class Allowances:
     ) -> None:
         unit = allowance_unit(demand)
         rid = f"allowance:{uuid.uuid4().hex}"
+        stops = self._stops.get(attempt.provider_scope, 0)
         try:
             result = await self.broker.allowance_take(rid, attempt, scaled(unit, size), place)
         except Exception:
@@ -264,6 +270,12 @@ class Allowances:
         finally:
             self._taking.discard(key)
         if result is None or not result.parts:
+            return
+        if self._stops.get(attempt.provider_scope, 0) != stops:
+            # A 429 came while it was on its way (Redis may have taken it before the pause):
+            # it grants nothing and gives everything back at once.
+            with contextlib.suppress(Exception):  # else its lease runs out
+                await self.broker.reconcile(result, NOTHING)
             return
         until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
         held = Held(key, result, Allowance(unit, size, until), attempt, demand, place)

@@ -292,3 +292,42 @@ def test_a_used_allowance_takes_the_next_one_shortly_before_its_time_is_up(
         assert (await levels(store, SLOTS))["slots"] == 1000
 
     run(prefix, scenario, size=64)
+
+
+def test_an_allowance_that_comes_after_a_429_stopped_its_account_gives_everything_back(
+    prefix: str,
+) -> None:
+    """Taken before the pause reached Redis, it arrives after the 429 retired the account's
+    allowances: it grants nothing, and its slots are back at once."""
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        assert broker.allowances is not None
+        allowances = broker.allowances
+        gate = asyncio.Event()
+        real_take = broker.allowance_take
+
+        async def slow_take(*args: Any) -> Any:
+            await gate.wait()
+            return await real_take(*args)
+
+        broker.allowance_take = slow_take  # type: ignore[method-assign]
+        first = await broker.admit("r-0", buckets, DEMAND, turn())
+        assert isinstance(first, Grant)
+        await broker.reconcile(first, DEMAND)
+        await asyncio.sleep(0.01)
+        assert allowances._taking  # on its way
+        allowances.retire_scope(PROVIDER)  # the 429
+        gate.set()
+        for _ in range(50):  # well within the allowance's second
+            if not allowances._taking:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert not allowances._current
+        assert store.calls[-2:] == ["queue_admit", "queue_settle"]  # taken, given back
+        assert (await levels(store, SLOTS))["slots"] == 1000
+        second = await broker.admit("r-1", buckets, DEMAND, turn())
+        assert isinstance(second, Grant) and not allowances.owns(second)
+
+    run(prefix, scenario)
