@@ -258,8 +258,8 @@ def test_a_keys_own_headers_tighten_that_keys_bucket_only(stack):
     tight_sent, loose_sent = keys["tight"]["admitted"], keys["loose"]["admitted"]
     assert keys["tight"]["rate_limited"] == 0  # tightened before the provider had to refuse
     time.sleep(0.5)  # the observation is written off the response path
-    allowances_over(stack)  # what they held unused is back
-    tight = bucket_available(stack, "credential:hdrsim/tight:requests:1m")
+    tight = bucket_available(stack, "credential:hdrsim/tight:requests:1m")  # before it refills
+    allowances_over(stack)  # what they held unused is back in the others
     loose = bucket_available(stack, "credential:hdrsim/loose:requests:1m")
     organisation = bucket_available(stack, "provider:hdrsim:requests:1m")
     print("headers: levels tight", tight, "loose", loose, "organisation", organisation)
