@@ -54,10 +54,10 @@ def test_a_child_that_ends_while_the_workers_are_listed_is_not_one_of_them(
         deadline = time.monotonic() + 10
         # bash runs the background command in a subshell of its own, which may fork again
         # before python3 starts: the worker is the python3 process, whichever its parent
-        while not (found := [pid for pid in tree(server)[1:] if is_python(pid)]):
+        while not (pythons := [pid for pid in tree(server)[1:] if is_python(pid)]):
             assert time.monotonic() < deadline, "the worker did not start"
             time.sleep(0.05)
-        [worker] = found
+        [worker] = pythons
         ended = subprocess.Popen(["true"])
         ended.wait()  # reaped: its /proc entry is gone
         with monkeypatch.context() as patch:
