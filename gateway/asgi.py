@@ -21,6 +21,7 @@ import gc
 import io
 import os
 import tempfile
+from collections.abc import Coroutine
 from contextlib import suppress
 from typing import Any
 
@@ -41,6 +42,7 @@ from gateway import ledger, upstream  # noqa: E402
 from gateway.errors import BodyTooLarge  # noqa: E402
 from gateway.probes import PATHS as PROBE_PATHS  # noqa: E402
 from gateway.probes import probe  # noqa: E402
+from gateway.server import DISCONNECT, Disconnect  # noqa: E402
 from gateway.taskdump import tasks_dump_install  # noqa: E402
 from gateway.views import is_api_path  # noqa: E402
 from quotas import recovery  # noqa: E402
@@ -120,19 +122,51 @@ class ProxyHandler(ASGIHandler):
             return response
 
         # A client that disconnects cancels the view, and with it the upstream call.
+        disconnect = scope.get("extensions", {}).get(DISCONNECT)
+        if disconnect is None:  # another server than gateway.server's protocol
+            response = await self._answer_listening(process_request(), receive)
+        else:
+            response = await _answer_until_lost(process_request(), disconnect)
+        if response is not None:
+            await _stream_close(response)
+            _response_close(response)
+        body_file.close()
+
+    async def _answer_listening(self, answer: Coroutine[Any, Any, Any], receive: Any) -> Any:
+        """Django's way: a task to answer and one waiting for ``http.disconnect``; the
+        answer, or None if the client left first."""
         disconnect = asyncio.create_task(self.listen_for_disconnect(receive))
-        processing = asyncio.create_task(process_request())
+        processing = asyncio.create_task(answer)
         await asyncio.wait([disconnect, processing], return_when=asyncio.FIRST_COMPLETED)
         for task in (disconnect, processing):
             if not task.done():
                 task.cancel()
             with suppress(asyncio.CancelledError, RequestAborted):
                 await task
-        if not processing.cancelled():
-            response = processing.result()
-            await _stream_close(response)
-            _response_close(response)
-        body_file.close()
+        return None if processing.cancelled() else processing.result()
+
+
+async def _answer_until_lost(answer: Coroutine[Any, Any, Any], disconnect: Disconnect) -> Any:
+    """The answer, in this task, which a lost connection cancels (``gateway.server``); None if
+    the client left first. A cancel the answer took in (a stream cut while a chunk was being
+    sent: see ``process_request``) is taken back here, so later waits with a timeout (the
+    stream's settle) count this task's cancels right."""
+    if disconnect.lost:
+        answer.close()
+        return None
+    task = asyncio.current_task()
+    assert task is not None  # an ASGI server runs each request in a task
+    disconnect.task = task
+    try:
+        return await answer
+    except asyncio.CancelledError:
+        if not disconnect.cancelled:
+            raise  # the server's own (shutting down)
+        return None
+    finally:
+        disconnect.task = None
+        if disconnect.cancelled:
+            task.uncancel()
 
 
 async def _stream_close(response: Any) -> None:
