@@ -104,7 +104,26 @@ def _tightest(states: list[BucketState]) -> BucketState | None:
     return min(candidates, key=lambda s: s.remaining / s.bucket.spec.capacity)
 
 
+_POLICY_ITEMS: dict[int, tuple[ScopedBucket, str]] = {}
+POLICY_ITEMS_KEPT = 10_000  # a config has a few hundred buckets; new versions bring new ones
+
+
 def _policy_item(bucket: ScopedBucket) -> str:
+    """A bucket's ``RateLimit-Policy`` item, formatted once per bucket of a config version.
+    Kept by the bucket's identity (the config snapshot's objects are the same on every
+    request; hashing a frozen dataclass of ten fields costs about what formatting does), and
+    the entry holds the bucket, so its id is not reused while it is kept."""
+    kept = _POLICY_ITEMS.get(id(bucket))
+    if kept is not None and kept[0] is bucket:
+        return kept[1]
+    if len(_POLICY_ITEMS) >= POLICY_ITEMS_KEPT:
+        _POLICY_ITEMS.clear()
+    item = _policy_item_format(bucket)
+    _POLICY_ITEMS[id(bucket)] = (bucket, item)
+    return item
+
+
+def _policy_item_format(bucket: ScopedBucket) -> str:
     spec = bucket.spec
     item = f'"{spec.name}";q={math.floor(spec.capacity)}'
     window = _window_seconds(bucket)

@@ -115,3 +115,21 @@ def test_it_describes_the_callers_own_limit_that_refused_a_queued_request():
     _refusal(call, QueueRefusal("r-2", 100.0, QueueReason.DEADLINE, pool.spec.name, 130.0),
              demand, buckets)  # fmt: skip
     assert call.bucket_states == []
+
+
+def test_a_new_config_version_of_a_bucket_shows_its_own_policy():
+    """Policy items are kept per bucket object: the same name with a new capacity (a new config
+    version) is formatted afresh, and the old object still shows its own."""
+
+    def policy(scoped):
+        states = [BucketState(scoped, remaining=1, reset_seconds=1)]
+        headers = decision_headers(
+            reason="ok", workload="w", attempts=1, queue_wait=0, states=states
+        )
+        return headers["RateLimit-Policy"]
+
+    before = bucket("tenant:a:requests:1m", period=60, capacity=100)
+    after = bucket("tenant:a:requests:1m", period=60, capacity=250)
+    assert policy(before) == '"tenant:a:requests:1m";q=100;w=60;qu="requests"'
+    assert policy(after) == '"tenant:a:requests:1m";q=250;w=60;qu="requests"'
+    assert policy(before) == '"tenant:a:requests:1m";q=100;w=60;qu="requests"'
