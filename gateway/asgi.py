@@ -35,7 +35,8 @@ from django.conf import settings  # noqa: E402
 from django.core.exceptions import RequestAborted  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
-from django.urls import set_script_prefix  # noqa: E402
+from django.http import HttpRequest  # noqa: E402
+from django.urls import ResolverMatch, URLResolver, get_resolver, set_script_prefix  # noqa: E402
 from servestatic import ServeStaticASGI  # noqa: E402
 
 from gateway import ledger, upstream  # noqa: E402
@@ -55,6 +56,10 @@ STATIC_PREFIX = "/" + settings.STATIC_URL.strip("/") + "/"
 class ProxyHandler(ASGIHandler):
     """Django's ASGI handler without middleware and without a thread per request."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._resolved: dict[str, tuple[URLResolver, ResolverMatch]] = {}
+
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware = []
         self._template_response_middleware = []
@@ -64,6 +69,19 @@ class ProxyHandler(ASGIHandler):
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         await self.handle(scope, receive, send)
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """Django's, remembered for a path that names its view whole (no argument in it: the
+        API's fixed endpoints, a handful), so the URLconf is not walked for each request."""
+        resolver = get_resolver()
+        known = self._resolved.get(request.path_info)
+        if known is not None and known[0] is resolver:
+            request.resolver_match = known[1]
+            return known[1]
+        match: ResolverMatch = super().resolve_request(request)
+        if not match.args and not match.kwargs:
+            self._resolved[request.path_info] = (resolver, match)
+        return match
 
     async def read_body(self, receive: Any) -> Any:
         """A body that came in one message (every proxy request but the largest) is read from
