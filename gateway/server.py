@@ -76,7 +76,7 @@ class Disconnect:
 
     Why: Django's ASGI handler, and so the proxy's before it, starts a second task per request
     only to wait for ``http.disconnect`` and cancel the first, and waits on both: at 64
-    connections that cost ~8 % of a worker's CPU per request (bench/results/gateway_cpu.md).
+    connections that cost ~7 % of a worker's CPU per request (bench/results/gateway_cpu.md).
     The protocol knows the moment the connection goes; it now says so directly."""
 
     __slots__ = ("cancelled", "lost", "task")
