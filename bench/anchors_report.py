@@ -105,6 +105,7 @@ def main() -> None:
     r0 = next((r for r in redis if r["case"] == "ttft0"), None)
     r5 = next((r for r in redis if r["case"] == "ttft500"), None)
     rp = next((r for r in redis if r["case"] == "ttft0_paced"), None)
+    conns = redis[0].get("connections", 16) if redis else 16  # REDIS_CONNECTIONS
 
     p("## The issue's table\n")
     p(
@@ -143,7 +144,7 @@ def main() -> None:
         p(
             f"| Redis time per request (µs), upstream 0 | {fmt(r0['redis_usec_per_req'], 0)} | — | "
             "| | Redis phase: `INFO commandstats` `usec` of client-sent commands / requests "
-            "(exactly N requests, 16 connections) |"
+            f"(exactly N requests, {conns} connections) |"
         )
         p(
             f"| Redis commands per request, upstream 0 | {fmt(r0['commands_per_req'], 1)} | — | "
@@ -177,7 +178,8 @@ def main() -> None:
             "app, team, tenant and providers, limits × 10⁶ so nothing binds, no Celery worker). "
             "`bench/anchors_redis.py` per case: 64 warm-up requests; a MONITOR sample of 8 "
             "requests (which share of each command's calls a client sent rather than a script); "
-            "`CONFIG RESETSTAT`; exactly N requests over 16 connections with the harness's request "
+            f"`CONFIG RESETSTAT`; exactly N requests over {conns} connections with the harness's "
+            "request "
             "body (aiohttp; every request completes); 1 s to settle; counters / N. Redis µs = "
             "`usec` of client-sent commands (a script's inner commands are inside its FCALL); "
             "Redis CPU = the server's `used_cpu_user + used_cpu_sys` (event loop and socket I/O "
@@ -237,7 +239,7 @@ def main() -> None:
         )
         g0, g5 = r0["gateway_cpu_ms_per_req"], r5["gateway_cpu_ms_per_req"]
         closed = (
-            f"closed loop at 16 connections {fmt(g0)} → {fmt(g5)} ms ({(g5 / g0 - 1) * 100:+.0f} "
+            f"closed loop at {conns} connections {fmt(g0)} → {fmt(g5)} ms ({(g5 / g0 - 1) * 100:+.0f} "
             f"%), where the 0.5 s case also runs at {fmt(r5['requests'] / r5['seconds'], 0)} "
             f"rather than {fmt(r0['requests'] / r0['seconds'], 0)} requests/s"
         )
