@@ -3,6 +3,7 @@ import socket
 import threading
 
 import pytest
+from django.db import connections
 from hypothesis import settings
 
 from tests.stack import Stack, static_collect_once
@@ -116,6 +117,25 @@ def _endpoint(provider: str) -> dict:
         "context_window": 32768,
         "max_output": 4096,
     }
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's, and before it drops the test databases: every other session on them
+    ended. Some session stayed open to the end of the run (a connection of another thread or
+    task of this process: which one is not known), and PostgreSQL refuses to drop a database
+    in use: the run ended with a warning and the database was left behind."""
+    yield
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            if connection.vendor != "postgresql":
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            connection.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
