@@ -13,13 +13,26 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
 - While a quarter or less of its requests is left, or ``RENEW_LEAD`` before its time is up
   if it granted any, the set takes the next one, which replaces it when it comes: the set's
   requests do not reserve on their own while an allowance is on its way.
-- An allowance takes no more requests once it is ``MAX_AGE`` old, its window, slice or ramp
-  interval is ending, a 429 or a nearly empty provider stopped the account's, it is spent
-  (a new one is taken then, if the buckets are still plentiful), or the next one has come.
+- An allowance takes no more requests once it is ``WATCHED_MAX_AGE`` old (``MAX_AGE`` while
+  no heartbeat watches for pauses, below), its window, slice or ramp interval is ending, a 429
+  or a nearly empty provider stopped the account's, a pause was set anywhere (``watch``), it
+  is spent (a new one is taken then, if the buckets are still plentiful), or the next one has
+  come.
   When its last request has settled, its reservation is reconciled with what its requests
   used; until then its lease is renewed like a stream's.
 - A process that stops reconciles its allowances (``close``); one that dies leaves them to
   their lease.
+
+Pauses (F2). A request granted from an allowance reads no pause in Redis, so a pause another
+process sets must reach this one's allowances some other way: each heartbeat
+(``quotas.recovery``, about a second) reads how many pauses Redis has seen, and when the count
+moved every allowance of the process grants no more (``watch``). Allowances therefore need not
+end every second to bound how long a pause goes unseen; they live until spent or
+``WATCHED_MAX_AGE``, which bounds how long an allowance's reservation is held before it is
+reconciled with what its requests used. Each allowance costs Redis a take and a reconcile
+(~0.25 ms each for a 13-bucket set), so at a few requests a second a set this is most of what
+the broker costs Redis (``bench/results/redis.md``). A process whose heartbeat has not looked
+for ``STALE_AFTER`` (or has none: tests, tools) ends its allowances after ``MAX_AGE``.
 
 The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (32; 0: no allowances).
 """
@@ -59,7 +72,9 @@ from quotas.metrics import BROKER_ALLOWANCE_GRANTS, BROKER_ALLOWANCES
 
 log = logging.getLogger(__name__)
 
-MAX_AGE = 1.0  # seconds an allowance grants at most: what a pause or a new config waits for
+WATCHED_MAX_AGE = 5.0  # seconds an allowance grants at most while a heartbeat watches pauses
+MAX_AGE = 1.0  # ... and while none does: how long a pause set elsewhere may go unseen
+STALE_AFTER = 2.5  # a heartbeat that has not looked for this long no longer watches
 # An allowance that granted a request takes the next one this long before its time is up: no
 # request may come meanwhile to ask for it, and it is there when the first one does.
 RENEW_LEAD = 0.05
@@ -113,6 +128,7 @@ class Held:
     attempt: Attempt
     demand: Usage
     place: Place
+    unwatched_until: float  # when it stops granting if the heartbeat stops looking
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     renewing: bool = False  # its next one was asked for; it replaces this one when it comes
 
@@ -132,6 +148,9 @@ class Allowances:
         self._taking: set[Key] = set()
         self._granted: dict[str, tuple[Held, Usage]] = {}  # local reservation id → its allowance
         self._stops: dict[str, int] = {}  # provider scope → how many times a 429 stopped it
+        self._pauses_moved = 0  # how many times a heartbeat saw a pause set anywhere
+        self._pauses: int | None = None  # Redis's pause count at the last look
+        self._watched_until = 0.0  # until when the last look vouches for the allowances
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -142,7 +161,7 @@ class Allowances:
         if loop is not self._loop:
             self._loop = loop
             self._current, self._taking, self._granted, self._tasks = {}, set(), {}, set()
-            self._stops = {}
+            self._stops, self._pauses_moved, self._pauses, self._watched_until = {}, 0, None, 0.0
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -157,6 +176,9 @@ class Allowances:
         if held is None:
             return None
         now = time.time()
+        if now >= held.unwatched_until and now >= self._watched_until:
+            self._retire(held)  # no heartbeat looks for pauses: no longer than MAX_AGE
+            return None
         allowance = held.allowance
         if not allowance.take(demand, now):
             if now >= allowance.usable_until:
@@ -247,6 +269,20 @@ class Allowances:
             if key[0] == provider_scope:
                 self._retire(held)
 
+    def watch(self, pauses: int, now: float) -> None:
+        """A heartbeat read Redis's pause count (``recovery_look``). If it moved, a provider
+        was paused somewhere since the last look: every allowance grants no more, and one on
+        its way gives everything back (``_take``); the next requests reserve on their own, and
+        the paused account's are refused. Until ``STALE_AFTER`` from ``now``, allowances taken
+        may grant for ``WATCHED_MAX_AGE``."""
+        self._on_loop()
+        if self._pauses is not None and pauses != self._pauses:
+            self._pauses_moved += 1
+            for held in list(self._current.values()):
+                self._retire(held)
+        self._pauses = pauses
+        self._watched_until = now + STALE_AFTER
+
     async def close(self) -> None:
         """Reconcile every allowance whose requests have ended (the process is stopping)."""
         for held in list(self._current.values()):
@@ -261,7 +297,7 @@ class Allowances:
     ) -> None:
         unit = allowance_unit(demand)
         rid = f"allowance:{uuid.uuid4().hex}"
-        stops = self._stops.get(attempt.provider_scope, 0)
+        stops = (self._stops.get(attempt.provider_scope, 0), self._pauses_moved)
         try:
             result = await self.broker.allowance_take(rid, attempt, scaled(unit, size), place)
         except Exception:
@@ -271,14 +307,17 @@ class Allowances:
             self._taking.discard(key)
         if result is None or not result.parts:
             return
-        if self._stops.get(attempt.provider_scope, 0) != stops:
-            # A 429 came while it was on its way (Redis may have taken it before the pause):
-            # it grants nothing and gives everything back at once.
+        if (self._stops.get(attempt.provider_scope, 0), self._pauses_moved) != stops:
+            # A 429 or a pause came while it was on its way (Redis may have taken it before
+            # the pause): it grants nothing and gives everything back at once.
             with contextlib.suppress(Exception):  # else its lease runs out
                 await self.broker.reconcile(result, NOTHING)
             return
-        until = min(usable_until(result.parts, result.created_at), result.created_at + MAX_AGE)
-        held = Held(key, result, Allowance(unit, size, until), attempt, demand, place)
+        created = result.created_at
+        age = WATCHED_MAX_AGE if time.time() < self._watched_until else MAX_AGE
+        until = min(usable_until(result.parts, created), created + age)
+        allowance = Allowance(unit, size, until)
+        held = Held(key, result, allowance, attempt, demand, place, created + MAX_AGE)
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:

@@ -3,8 +3,9 @@
 A gateway process (``gateway/asgi.py``'s lifespan) and a Celery worker's job loop
 (``gateway/job_runner.py``) each *join* as a member: a row in PostgreSQL (``BrokerMember``)
 that a background task heartbeats every ``HEARTBEAT_SECONDS``. The same task looks at the
-broker's epoch in Redis (one script call). When the epoch is learning — Redis is new, or lost
-its state — the member
+broker's epoch in Redis (one script call), which also tells the process's allowances how many
+provider pauses were set (``quotas.allowances``: a pause set elsewhere stops them). When the
+epoch is learning — Redis is new, or lost its state — the member
 
 1. re-registers every reservation it holds (``Broker.holdings``) in the new Redis: a renewal
    of a lease the store does not know *adopts* it, holding its concurrency again without a
@@ -31,6 +32,7 @@ import logging
 import math
 import os
 import socket
+import time
 import uuid
 
 from common.db import database_work
@@ -80,6 +82,7 @@ class Recovery:
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
                 state = await self.store.recovery_look(self.member)
+                self._looked(state)
                 await self._touch_and_decide(state, joining=True)
         except Exception:
             faults.warning(log, "recovery:join", "broker membership: the first look failed")
@@ -115,11 +118,18 @@ class Recovery:
     async def beat(self) -> None:
         """One heartbeat: look at the epoch, report if it learns, write the row, decide."""
         state = await self.store.recovery_look()
+        self._looked(state)
         if state.epoch.learning(state.now) and self.member not in state.reported:
             if not await self._reregister(state):
                 return  # a renewal failed: not reported, try again at the next beat
             state = await self.store.recovery_look(self.member, epoch=state.epoch)
         await self._touch_and_decide(state, joining=False)
+
+    def _looked(self, state: EpochState) -> None:
+        """Tell this process's allowances how many pauses Redis has seen: a pause another
+        process set stops them here (``quotas.allowances``)."""
+        if self.broker.allowances is not None:
+            self.broker.allowances.watch(state.pauses, time.time())
 
     async def _reregister(self, state: EpochState) -> bool:
         """Adopt every reservation this process holds into the new state; True if all went."""

@@ -91,11 +91,13 @@ def lua_source(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EpochState:
-    """What ``recovery_look`` read: Redis's clock, the epoch, the members that reported in it."""
+    """What ``recovery_look`` read: Redis's clock, the epoch, the members that reported in it,
+    and how many provider pauses were set in it (``pause``)."""
 
     now: float
     epoch: Epoch
     reported: frozenset[str]
+    pauses: int = 0
 
 
 class RedisReservationStore:
@@ -296,8 +298,10 @@ class RedisReservationStore:
         args = [self._clock_arg(now), self._max_lease, member or "", born]
         reply = await self._call("recovery", [self._epoch], args)
         self._learn_clock(f_(reply[0]), now)
-        reported = frozenset(s_(r) for r in reply[4 : 4 + int(reply[3])])
-        return EpochState(f_(reply[0]), Epoch(f_(reply[1]), f_(reply[2])), reported)
+        reported = frozenset(s_(r) for r in reply[5 : 5 + int(reply[4])])
+        return EpochState(
+            f_(reply[0]), Epoch(f_(reply[1]), f_(reply[2])), reported, pauses=int(reply[3])
+        )
 
     async def recovery_end(self, epoch: Epoch, *, until: float, born: float) -> bool:
         """Bring the learning period of ``epoch`` forward to ``until`` and its birth back to

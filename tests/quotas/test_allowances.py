@@ -15,7 +15,8 @@ import redis.asyncio
 
 from quotas import allowances as allowances_module
 from quotas.broker import AttemptBuckets, Broker, Turn
-from quotas.core.model import BucketSpec, Dimension, Grant, Rule, Usage, Window
+from quotas.core.fairqueue import QueueRefusal
+from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage, Window
 from quotas.snapshot import ScopedBucket
 from quotas.store.redis import RedisReservationStore
 from tests.quotas.conftest import REDIS_URL
@@ -329,5 +330,96 @@ def test_an_allowance_that_comes_after_a_429_stopped_its_account_gives_everythin
         assert (await levels(store, SLOTS))["slots"] == 1000
         second = await broker.admit("r-1", buckets, DEMAND, turn())
         assert isinstance(second, Grant) and not allowances.owns(second)
+
+    run(prefix, scenario)
+
+
+async def look(broker: Broker) -> None:
+    """What a heartbeat does for the allowances (``quotas.recovery``): read Redis's pause count."""
+    assert broker.allowances is not None and isinstance(broker.store, RedisReservationStore)
+    state = await broker.store.recovery_look()
+    broker.allowances.watch(state.pauses, time.time())
+
+
+def test_while_a_heartbeat_watches_for_pauses_an_allowance_grants_past_max_age(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """A pause set elsewhere reaches the process at its next look, so the allowance need not
+    end at MAX_AGE: it grants until WATCHED_MAX_AGE, without a Redis call."""
+    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
+    monkeypatch.setattr(allowances_module, "WATCHED_MAX_AGE", 2.0)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        await look(broker)
+        await taken_after_first(broker, buckets)
+        calls = len(store.calls)
+        for i in range(3):
+            await asyncio.sleep(0.15)
+            await look(broker)
+            grant = await broker.admit(f"r-{i}", buckets, DEMAND, turn())
+            assert isinstance(grant, Grant)
+            assert broker.allowances is not None and broker.allowances.owns(grant)
+        assert store.calls[calls:] == []  # 0.45 s after it was taken: still no Redis call
+
+    run(prefix, scenario)
+
+
+def test_a_pause_another_process_sets_stops_the_allowances_at_the_next_look(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """Process A grants from its allowance; process B gets a 429 and pauses the account.
+    A reads the pause count at its next heartbeat: its allowances grant no more, its next
+    request reserves on its own and is refused, and its allowance's slots come back."""
+    monkeypatch.setattr(allowances_module, "WATCHED_MAX_AGE", 30.0)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def main() -> None:
+        clients = [redis.asyncio.Redis.from_url(REDIS_URL) for _ in range(2)]
+        a, b = (
+            Broker(RedisReservationStore(c, prefix=prefix), allowance_requests=SIZE)
+            for c in clients
+        )
+        try:
+            await look(a)
+            first = await taken_after_first(a, buckets)
+            await a.reconcile(first, DEMAND)
+            await b.pause_provider(buckets, retry_after=5.0, now=time.time())
+            before = await a.admit("before-the-look", buckets, DEMAND, turn())
+            assert isinstance(before, Grant) and a.allowances is not None
+            assert a.allowances.owns(before)  # A has not looked yet
+            await a.reconcile(before, DEMAND)
+            await look(a)
+            no_wait = Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=0, flow_depth=0)
+            after = await a.admit("after-the-look", buckets, DEMAND, no_wait)
+            assert isinstance(after, QueueRefusal) and after.reason is Reason.PAUSED
+            await asyncio.sleep(0.05)  # the retired allowance is reconciled
+            assert (await levels(a.store, SLOTS))["slots"] == 1000
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(main())
+
+
+def test_when_the_heartbeat_stops_looking_allowances_end_after_max_age(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """A pause set elsewhere would go unseen: the process falls back to MAX_AGE."""
+    monkeypatch.setattr(allowances_module, "MAX_AGE", 0.2)
+    monkeypatch.setattr(allowances_module, "WATCHED_MAX_AGE", 30.0)
+    monkeypatch.setattr(allowances_module, "STALE_AFTER", 0.3)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        await look(broker)
+        first = await taken_after_first(broker, buckets)
+        await broker.reconcile(first, DEMAND)
+        await asyncio.sleep(0.4)  # no look since: past STALE_AFTER and MAX_AGE
+        calls = len(store.calls)
+        grant = await broker.admit("unwatched", buckets, DEMAND, turn())
+        assert isinstance(grant, Grant)
+        assert broker.allowances is not None and not broker.allowances.owns(grant)
+        assert "queue_admit" in store.calls[calls:]  # beside the retired one's reconcile
 
     run(prefix, scenario)

@@ -16,12 +16,14 @@ import redis.asyncio
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from quotas.broker import Broker
+from quotas.broker import AttemptBuckets, Broker, Turn
+from quotas.core.fairqueue import QueueRefusal
 from quotas.core.keys import epoch_key
 from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Refusal, Rule, Usage
 from quotas.core.recovery import LIVE_SECONDS
 from quotas.models import BrokerMember
 from quotas.recovery import Recovery
+from quotas.snapshot import ScopedBucket
 from quotas.store.redis import RedisReservationStore
 from tests.quotas.conftest import REDIS_URL, delete_prefix, unique_prefix
 
@@ -39,9 +41,10 @@ def prefix() -> Iterator[str]:
     delete_prefix(REDIS_URL, name)
 
 
-def process(prefix: str, name: str) -> tuple[Broker, Recovery]:
+def process(prefix: str, name: str, *, allowances: int = 0) -> tuple[Broker, Recovery]:
     client = redis.asyncio.Redis.from_url(REDIS_URL)
-    broker = Broker(RedisReservationStore(client, prefix=prefix, lease_seconds=LEASE))
+    store = RedisReservationStore(client, prefix=prefix, lease_seconds=LEASE)
+    broker = Broker(store, allowance_requests=allowances)
     return broker, Recovery(broker, name)
 
 
@@ -154,6 +157,40 @@ def test_a_process_that_stopped_silently_holds_learning_for_its_leases(prefix: s
             assert until == pytest.approx(seen + LIVE_SECONDS + LEASE, abs=0.01)
             refused = await reserve(a, "a-1")
             assert isinstance(refused, Refusal) and refused.reason is Reason.RECOVERING
+        finally:
+            await ra.leave()
+
+    run(scenario())
+
+
+def test_the_heartbeat_tells_the_allowances_of_a_pause_another_process_set(prefix: str) -> None:
+    """A request granted from an allowance reads no pause in Redis; the heartbeat's look at
+    the epoch does (``quotas.allowances``): after it, the paused account's requests are
+    refused, not granted from the allowance that is still young."""
+    plenty = BucketSpec("plenty", "provider:theta", Dimension.CONCURRENCY, Rule.CONCURRENCY, 1000)
+    buckets = AttemptBuckets((ScopedBucket(plenty, "tenant"),), "provider:theta")
+    no_wait = Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=0, flow_depth=0)
+
+    async def scenario() -> None:
+        a, ra = process(prefix, "gateway-a", allowances=8)
+        b, _ = process(prefix, "gateway-b")
+        await ra.join()
+        try:
+            first = await a.admit("a-1", buckets, ONE, no_wait)
+            assert isinstance(first, Grant)
+            await a.reconcile(first, ONE)
+            for _ in range(100):
+                if a.allowances is not None and a.allowances._current:
+                    break
+                await asyncio.sleep(0.01)
+            granted = await a.admit("a-2", buckets, ONE, no_wait)
+            assert a.allowances is not None and a.allowances.owns(granted)
+            await a.reconcile(granted, ONE)
+
+            await b.pause_provider(buckets, retry_after=5.0, now=time.time())  # b's 429
+            await ra.beat()
+            refused = await a.admit("a-3", buckets, ONE, no_wait)
+            assert isinstance(refused, QueueRefusal) and refused.reason is Reason.PAUSED
         finally:
             await ra.leave()
 
