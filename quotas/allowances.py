@@ -10,11 +10,15 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
   fair queue (refused at once if it does not fit).
 - The set's next requests are granted from it, without Redis (``grant``), and settled into it
   (``settle``). A request that does not fit what is left reserves on its own, as before.
+- A request of the process that reserved on its own and left one of the allowance's buckets
+  under ``floor``, or was refused or queued on them (``contended``), stops the allowance: its
+  set's requests then reserve on their own, through the fair queue.
 - While a quarter or less of its requests is left, or ``RENEW_LEAD`` before its time is up
   if it granted any, the set takes the next one, which replaces it when it comes: the set's
   requests do not reserve on their own while an allowance is on its way.
 - An allowance takes no more requests once it is ``WATCHED_MAX_AGE`` old (``MAX_AGE`` while
-  no heartbeat watches for pauses, below), its window, slice or ramp interval is ending, a 429
+  no heartbeat watches for pauses, below), it granted none for ``IDLE_AFTER`` (its set went
+  quiet: what it holds goes back), its window, slice or ramp interval is ending, a 429
   or a nearly empty provider stopped the account's, a pause was set anywhere (``watch``), it
   is spent (a new one is taken then, if the buckets are still plentiful), or the next one has
   come.
@@ -53,6 +57,7 @@ from quotas.core.allowance import (
     Allowance,
     allowance_unit,
     scaled,
+    short,
     spare,
     suits,
     usable_until,
@@ -75,6 +80,7 @@ log = logging.getLogger(__name__)
 WATCHED_MAX_AGE = 5.0  # seconds an allowance grants at most while a heartbeat watches pauses
 MAX_AGE = 1.0  # ... and while none does: how long a pause set elsewhere may go unseen
 STALE_AFTER = 2.5  # a heartbeat that has not looked for this long no longer watches
+IDLE_AFTER = 1.0  # an allowance that granted no request for this long ends
 # An allowance that granted a request takes the next one this long before its time is up: no
 # request may come meanwhile to ask for it, and it is there when the first one does.
 RENEW_LEAD = 0.05
@@ -129,7 +135,9 @@ class Held:
     demand: Usage
     place: Place
     unwatched_until: float  # when it stops granting if the heartbeat stops looking
+    last_granted: float  # when it granted a request (or was taken)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: asyncio.TimerHandle | None = None  # when to look whether it went idle
     renewing: bool = False  # its next one was asked for; it replaces this one when it comes
 
     def close_if_done(self) -> None:
@@ -188,6 +196,7 @@ class Allowances:
                 self._consider(key, attempt, demand, place, held.grant.parts)
             return None
         self._granted[reservation_id] = (held, demand)
+        held.last_granted = now
         BROKER_ALLOWANCE_GRANTS.inc()
         if allowance.spent:
             self._retire(held)
@@ -213,6 +222,8 @@ class Allowances:
         if self.size <= 0 or grant.replayed:
             return
         self._on_loop()
+        if contended := short(grant.parts, self.floor):
+            self._step_aside(contended)
         key = (attempt.provider_scope, tuple(attempt.specs))
         held = self._current.get(key)
         if held is not None and not held.allowance.retired:
@@ -260,6 +271,17 @@ class Allowances:
             )
         outcome = Outcome.RELEASED if actual is None else Outcome.RECONCILED
         return ReconcileResult(grant.reservation_id, outcome, time.time(), tuple(settlements))
+
+    def contended(self, attempt: Attempt) -> None:
+        """A request on these buckets was refused or queued: the allowances that hold from
+        any of them grant no more."""
+        self._on_loop()
+        self._step_aside(frozenset(attempt.specs))
+
+    def _step_aside(self, buckets: frozenset[BucketSpec]) -> None:
+        for held in list(self._current.values()):
+            if not buckets.isdisjoint(held.key[1]):
+                self._retire(held)
 
     def retire_scope(self, provider_scope: str) -> None:
         """A 429 or a nearly empty provider: the account's allowances grant no more, nor does
@@ -317,7 +339,7 @@ class Allowances:
         age = WATCHED_MAX_AGE if time.time() < self._watched_until else MAX_AGE
         until = min(usable_until(result.parts, created), created + age)
         allowance = Allowance(unit, size, until)
-        held = Held(key, result, allowance, attempt, demand, place, created + MAX_AGE)
+        held = Held(key, result, allowance, attempt, demand, place, created + MAX_AGE, created)
         BROKER_ALLOWANCES.inc()
         previous = self._current.get(key)
         if previous is not None:
@@ -334,11 +356,12 @@ class Allowances:
             loop.call_later(max(0.0, left - RENEW_LEAD), self._renew_if_used, held),
             loop.call_later(max(0.0, left), self._retire, held),
         )
+        held.idle = loop.call_later(IDLE_AFTER, self._end_if_idle, held)
         try:
             async with self.broker.held(held.grant):
                 await held.closed.wait()
         finally:
-            for timer in timers:
+            for timer in (*timers, held.idle):
                 timer.cancel()
             if self._current.get(held.key) is held:
                 del self._current[held.key]
@@ -350,6 +373,18 @@ class Allowances:
         no longer used stops after one allowance that grants nothing."""
         if held.allowance.granted > 0:
             self._renew(held)
+
+    def _end_if_idle(self, held: Held) -> None:
+        """Its set went quiet (no request granted for ``IDLE_AFTER``): what it holds goes back
+        once its requests end, rather than sitting out its age; else look again then."""
+        if held.allowance.retired:
+            return
+        quiet = time.time() - held.last_granted
+        if quiet >= IDLE_AFTER:
+            self._retire(held)
+        else:
+            loop = asyncio.get_running_loop()
+            held.idle = loop.call_later(IDLE_AFTER - quiet, self._end_if_idle, held)
 
     def _renew(self, held: Held) -> None:
         """Take the next allowance, once, for the request this one was sized from; it replaces

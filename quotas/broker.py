@@ -347,8 +347,11 @@ class Broker:
             if self.recovery is not None and result.created_at < self.recovery.reported_born:
                 # Granted by the lost state, its answer read after this process reported.
                 self._later(self._adopt(result))
-        elif result.reason is Reason.RECOVERING:
-            result = self._recovering(result)
+        else:
+            if allowances is not None:
+                allowances.contended(attempt)
+            if result.reason is Reason.RECOVERING:
+                result = self._recovering(result)
         return result
 
     async def allowance_take(

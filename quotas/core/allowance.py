@@ -13,7 +13,9 @@ Why it never over-admits (C4): every unit an allowance hands out was taken from 
 Redis first, by a reservation no other process can see the same capacity for. Why it does not
 change who gets scarce capacity (D2, E1): an allowance is only taken when, after it, each
 bucket would still hold ``floor`` of its capacity — under contention every request reserves
-on its own, through the fair queue, exactly as before. A process that dies leaves its
+on its own, through the fair queue, exactly as before — and once a request of the process
+shows one of its buckets under ``floor`` (``short``), or is refused or queued, the allowances
+that hold from that bucket grant no more. A process that dies leaves its
 allowance to its lease (C9): its concurrency comes back, and what it took stays counted, as a
 reaped reservation's estimates stay counted; the ledger then has the allowance's reservation
 row (the reap's), not one for each of its requests that was still in flight. Every answered
@@ -72,8 +74,8 @@ def scaled(demand: Usage, size: int) -> Usage:
 # An allowance for fewer requests than this is not worth its two calls (take and reconcile).
 SMALLEST = 2
 # One allowance holds at most this share of any of its buckets: what it holds is out of the
-# fair queue's reach until it is reconciled (a second at most), and a refill bucket that fills
-# up meanwhile loses what comes back unused.
+# fair queue's reach until it is reconciled (seconds: quotas.allowances), and a refill bucket
+# that fills up meanwhile loses what comes back unused.
 SHARE = 0.1
 
 
@@ -94,6 +96,18 @@ def spare(parts: Sequence[GrantPart], demand: Usage, most: int, floor: float) ->
             room = min(part.remaining - floor * spec.capacity, SHARE * spec.capacity)
             size = min(size, math.floor(room / amount))
     return size if size >= SMALLEST else 0
+
+
+def short(parts: Sequence[GrantPart], floor: float) -> frozenset[BucketSpec]:
+    """The buckets a grant showed with less than ``floor`` of their capacity left: contended,
+    so no allowance should keep granting from them."""
+    return frozenset(
+        part.bucket
+        for part in parts
+        if not part.skipped
+        and part.remaining is not None
+        and part.remaining < floor * part.bucket.capacity
+    )
 
 
 def usable_until(parts: Sequence[GrantPart], created_at: float) -> float:

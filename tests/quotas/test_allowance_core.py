@@ -16,6 +16,7 @@ from quotas.core.allowance import (
     Allowance,
     allowance_unit,
     scaled,
+    short,
     spare,
     suits,
     usable_until,
@@ -156,6 +157,15 @@ def test_an_allowance_is_as_large_as_every_bucket_can_spare_keeping_the_floor() 
     skipped = GrantPart(big, 1.0, skipped=True, remaining=10_000)
     assert spare([skipped], DEMAND, 8, floor=0.5) == 0
     assert spare([GrantPart(big, 1.0, remaining=None)], DEMAND, 8, floor=0.5) == 0
+
+
+def test_a_bucket_a_grant_left_under_the_floor_is_short() -> None:
+    """What tells the process's allowances on it to step aside (quotas.allowances)."""
+    parts = [part(TOKENS, 499), part(SLOTS, 50), part(DAILY, 4_999.5)]
+    assert short(parts, floor=0.5) == {TOKENS, DAILY}  # 50 of 100 slots: not under half
+    assert short([part(TOKENS, 1000)], floor=0.5) == frozenset()
+    assert short([GrantPart(TOKENS, 1.0, skipped=True, remaining=0)], floor=0.5) == frozenset()
+    assert short([GrantPart(TOKENS, 1.0, remaining=None)], floor=0.5) == frozenset()  # a replay
 
 
 def test_it_is_not_for_streams_in_steps() -> None:

@@ -423,3 +423,74 @@ def test_when_the_heartbeat_stops_looking_allowances_end_after_max_age(
         assert "queue_admit" in store.calls[calls:]  # beside the retired one's reconcile
 
     run(prefix, scenario)
+
+
+def test_an_allowance_whose_set_goes_quiet_gives_back_what_it_holds(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """Watched, it could grant for WATCHED_MAX_AGE; when no request comes for IDLE_AFTER it
+    ends then, and is reconciled: the slots it held are back, not held for the rest of it."""
+    monkeypatch.setattr(allowances_module, "WATCHED_MAX_AGE", 30.0)
+    monkeypatch.setattr(allowances_module, "IDLE_AFTER", 0.3)
+    buckets = attempt(SLOTS, TOKENS)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        await look(broker)
+        first = await taken_after_first(broker, buckets)
+        await broker.reconcile(first, DEMAND)
+        for i in range(3):  # a request every 0.2 s keeps it
+            grant = await broker.admit(f"r-{i}", buckets, DEMAND, turn())
+            assert broker.allowances is not None and broker.allowances.owns(grant)
+            await broker.reconcile(grant, DEMAND)
+            await asyncio.sleep(0.2)
+            await look(broker)
+        assert (await levels(store, SLOTS))["slots"] == 1000 - SIZE  # still held
+        await asyncio.sleep(0.3)  # quiet for 0.5 s since the last request
+        assert not broker.allowances._current
+        assert (await levels(store, SLOTS))["slots"] == 1000
+
+    run(prefix, scenario)
+
+
+def test_a_request_that_leaves_a_shared_bucket_short_stops_the_allowances_on_it(
+    prefix: str,
+) -> None:
+    """Set A's allowance and set B share the app's 20 slots. B's requests reserve on their own
+    and hold them; once one leaves fewer than half, A's allowance grants no more: A's next
+    request reserves on its own, in fair turn with B's."""
+    shared = BucketSpec("app-slots", "app:acme/web", Dimension.CONCURRENCY, Rule.CONCURRENCY, 20)
+    set_a, set_b = attempt(shared, TOKENS), attempt(shared, DAILY)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        assert broker.allowances is not None
+        first = await taken_after_first(broker, set_a)
+        await broker.reconcile(first, DEMAND)
+        from_a = await broker.admit("a-1", set_a, DEMAND, turn())
+        assert broker.allowances.owns(from_a)  # A's allowance: 2 slots (a tenth of 20)
+        for i in range(10):  # held: with A's 2, the last ones leave fewer than 10 free
+            assert isinstance(await broker.admit(f"b-{i}", set_b, DEMAND, turn()), Grant)
+            await asyncio.sleep(0.01)  # B takes an allowance of its own too, at first
+        assert (await levels(store, shared))["app-slots"] < 10
+        assert not broker.allowances._current  # neither A's nor B's grants any more
+        later = await broker.admit("a-2", set_a, DEMAND, turn())
+        assert isinstance(later, Grant) and not broker.allowances.owns(later)
+
+    run(prefix, scenario, size=2)
+
+
+def test_a_refused_request_stops_the_allowances_on_its_buckets(prefix: str) -> None:
+    shared = BucketSpec("app-slots", "app:acme/web", Dimension.CONCURRENCY, Rule.CONCURRENCY, 20)
+    one = BucketSpec("one", "api_key:7", Dimension.CONCURRENCY, Rule.CONCURRENCY, 1)
+    set_a, set_b = attempt(shared, TOKENS), attempt(shared, one)
+    no_wait = Turn(flow="acme", weight=1.0, deadline=1e12, max_depth=0, flow_depth=0)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        assert broker.allowances is not None
+        await taken_after_first(broker, set_a)
+        assert isinstance(await broker.admit("b-0", set_b, DEMAND, no_wait), Grant)
+        assert broker.allowances._current  # one slot of 20 taken: plenty left
+        refused = await broker.admit("b-1", set_b, DEMAND, no_wait)
+        assert isinstance(refused, QueueRefusal)
+        assert not broker.allowances._current
+
+    run(prefix, scenario, size=2)
