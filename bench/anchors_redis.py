@@ -142,7 +142,7 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp")
     p.add_argument("--connections", type=int, default=16)
     p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--slow-requests", type=int, default=480)
+    p.add_argument("--slow-requests", type=int, default=960)
     p.add_argument("--redis-idle-cpu", type=float, default=0.0, help="CPU s/s idle (--idle)")
     p.add_argument("--idle", type=float, help="only measure Redis idle for this long, print it")
     p.add_argument("--out")
