@@ -80,7 +80,10 @@ log = logging.getLogger(__name__)
 WATCHED_MAX_AGE = 5.0  # seconds an allowance grants at most while a heartbeat watches pauses
 MAX_AGE = 1.0  # ... and while none does: how long a pause set elsewhere may go unseen
 STALE_AFTER = 2.5  # a heartbeat that has not looked for this long no longer watches
-IDLE_AFTER = 1.0  # an allowance that granted no request for this long ends
+# An allowance that granted no request for this long ends. Not shorter: a set's requests come
+# in bursts (clients waiting on answers of the same length), and at one or two requests a second
+# a set idled out of one-second allowances often enough to double its Redis calls.
+IDLE_AFTER = 2.0
 # An allowance that granted a request takes the next one this long before its time is up: no
 # request may come meanwhile to ask for it, and it is there when the first one does.
 RENEW_LEAD = 0.05

@@ -10,6 +10,7 @@ import anthropic
 import httpx
 import pytest
 
+from quotas.allowances import IDLE_AFTER
 from tests.conftest import e2e_config
 from tests.e2e.brokerstate import bucket_available
 from tests.stack import SCRAPE_TOKEN, Stack, free_port, wait_until
@@ -336,9 +337,9 @@ def test_a_client_that_leaves_mid_stream_leaves_no_reservation(stack, protocol):
         assert next(lines) == "event: message_start"
         assert bucket_available(stack, "app:acme/search/web:concurrency") < 20
         # Leaving the block closes the connection mid-stream.
-    wait_until(
+    wait_until(  # or when an allowance holding slots of the app ends (IDLE_AFTER)
         lambda: bucket_available(stack, "app:acme/search/web:concurrency") == 20,
-        timeout=3,
+        timeout=1.5 + IDLE_AFTER,
         what="the app's concurrency slot to come back",
     )
 

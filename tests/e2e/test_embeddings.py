@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from quotas.allowances import IDLE_AFTER
 from simulator.model import count_text_tokens
 from simulator.server.embeddings import embedding_vector
 from tests.e2e.brokerstate import bucket_available
@@ -334,10 +335,11 @@ def test_a_client_that_leaves_before_the_vectors_come_leaves_no_reservation(tigh
             json={"model": MODEL, "input": "never mind"},
             timeout=httpx.Timeout(30, read=0.5),
         )
-    # The slot comes back at once (C10), and the provider's call was cancelled with it.
+    # The slot comes back at once (C10), and the provider's call was cancelled with it. (An
+    # allowance that holds slots of the app gives them back IDLE_AFTER after its last request.)
     wait_until(
         lambda: bucket_available(tight_stack, "app:acme/search/web:concurrency") == 20,
-        timeout=1.5,
+        timeout=1.5 + IDLE_AFTER,
         what="the app's concurrency slot to come back",
     )
     wait_until(
