@@ -103,26 +103,46 @@ def body(stream: bool) -> bytes:
     return json.dumps(b).encode()
 
 
-async def drive(url: str, data: bytes, requests: int, connections: int, think: float = 0.0) -> int:
+def session(connections: int) -> aiohttp.ClientSession:
+    """A client holding up to ``connections`` keep-alive connections to the gateway."""
+    connector = aiohttp.TCPConnector(limit=connections)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
+
+
+async def drive(
+    url: str,
+    data: bytes,
+    requests: int,
+    connections: int,
+    think: float = 0.0,
+    over: aiohttp.ClientSession | None = None,
+    stagger: float = 0.0,
+) -> int:
     """Exactly ``requests`` POSTs, ``connections`` at a time, each connection pausing ``think``
-    seconds after each answer; returns the count of non-200 answers."""
+    seconds after each answer; returns the count of non-200 answers. ``over``: a session whose
+    connections to reuse (two cases over the same connections are served by the same workers),
+    else a new one. ``stagger``: the connections start spread evenly over that many seconds
+    rather than together, so that requests arrive spread over a cycle, not in bursts."""
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     left, errors = requests, 0
 
-    async def one_connection(session: aiohttp.ClientSession) -> None:
+    async def one_connection(client: aiohttp.ClientSession, start: float) -> None:
         nonlocal left, errors
+        await asyncio.sleep(start)
         while left > 0:
             left -= 1
-            async with session.post(url, data=data, headers=headers) as response:
+            async with client.post(url, data=data, headers=headers) as response:
                 await response.read()
                 errors += response.status != 200
             if think:
                 await asyncio.sleep(think)
 
-    connector = aiohttp.TCPConnector(limit=connections)
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(one_connection(session) for _ in range(connections)))
+    starts = [i * stagger / connections for i in range(connections)]
+    if over is not None:
+        await asyncio.gather(*(one_connection(over, start) for start in starts))
+        return errors
+    async with session(connections) as client:
+        await asyncio.gather(*(one_connection(client, start) for start in starts))
     return errors
 
 

@@ -107,6 +107,26 @@ def idle_cpu_rate(client: redis.Redis, seconds: float) -> float:
     return (_cpu_seconds(client) - before) / seconds
 
 
+def lone_append_cpu(client: redis.Redis, rate: float, seconds: float) -> float:
+    """Redis's CPU per round trip, its idle included, for a lone round trip of the shape of the
+    ledger's append (``gateway.ledger._append``: RPUSH of one ~600-byte record and SET NX GET
+    of the birth mark) ``rate`` times a second: what one answer's append costs Redis when the
+    answers come one by one, so that none shares a round trip or a wake-up (I2 asks for one
+    before each answer)."""
+    record, key, born = b"r" * 600, "bench:lone-append", "bench:lone-append:born"
+    before, started, sent = _cpu_seconds(client), time.monotonic(), 0
+    while time.monotonic() - started < seconds:
+        pipe = client.pipeline(transaction=False)
+        pipe.rpush(key, record)
+        pipe.set(born, "mark", nx=True, get=True)
+        pipe.execute()
+        sent += 1
+        time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
+    spent = _cpu_seconds(client) - before
+    client.delete(key, born)
+    return spent / sent
+
+
 def _cpu_seconds(client: redis.Redis) -> float:
     cpu = client.info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
