@@ -27,6 +27,9 @@ Upstream latency is the mock's TTFT (``POST /__mock/config``), not the provider 
                                                 the gateway starts: for --redis-idle-cpu)
     python bench/anchors_redis.py --lone-append 8   (a lone round trip of the ledger append's
                                                 shape at the 0.5 s rate: --lone-append-cpu)
+    python bench/anchors_redis.py --procstat PATH --floor-pid PID --out floor.json
+                                               (ttft0 and the paced case against the Python
+                                                floor, after the gateway's cases)
 
 Redis uses CPU with no client at all (its timer, ``hz`` 10 times a second: ~2 ms a second on
 this machine), which at the 0.5 s case's ~31 requests a second is ~60 µs a request by itself;
@@ -55,6 +58,7 @@ from bench.redis_counters import Stretch, idle_cpu_rate, lone_append_cpu, sent_s
 URL = "http://127.0.0.1:18100/v1/chat/completions"
 KEY = "sk-sy-bench-demo-key-000001"  # the harness's config-bench.yaml key
 MOCKS = ("http://127.0.0.1:18001", "http://127.0.0.1:18002")
+FLOOR_URL = "http://127.0.0.1:18090/v1/chat/completions"  # py_forwarder.py, as run_all.sh runs it
 # the body of the harness's wrk/chat.lua, byte for byte the same request as the timed cases
 MESSAGES = [
     {"role": "system", "content": "You are a concise assistant used for gateway benchmarking."},
@@ -227,6 +231,32 @@ async def pairs(client: redis.Redis, args, sent: dict[str, dict[str, float]]) ->
     return rows
 
 
+async def floor(args, case: Case, requests: int) -> dict:
+    """``case`` against the Python floor (the harness's ``py_forwarder.py``, one process, in
+    front of the same mock) instead of the gateway: what the same load costs a 40-line
+    forwarder, the part of a request's CPU that comes from the machine and the load's shape."""
+    data, connections = body(case.stream), args.connections
+    set_ttft(case.ttft_ms)
+    async with cpu_per_request.session(connections) as over:
+        await cpu_per_request.drive(FLOOR_URL, data, 64, connections, over=over)
+        await asyncio.sleep(0.5)
+        cpu0, t0 = cpu_seconds(args.procstat, args.floor_pid), time.monotonic()
+        errors = await cpu_per_request.drive(
+            FLOOR_URL, data, requests, connections, case.think, over, case.stagger
+        )
+        seconds = time.monotonic() - t0
+        await asyncio.sleep(1.0)
+        cpu1 = cpu_seconds(args.procstat, args.floor_pid)
+    return {
+        "case": case.name,
+        "requests": requests,
+        "connections": connections,
+        "errors": errors,
+        "seconds": round(seconds, 2),
+        "cpu_ms_per_req": (cpu1 - cpu0) * 1000 / requests,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--procstat")
@@ -246,6 +276,12 @@ def main() -> None:
         "this long, at the 0.5 s cases' rate (--connections / 0.5 s), print it",
     )
     p.add_argument("--lone-append-cpu", type=float, default=0.0, help="CPU s (--lone-append)")
+    p.add_argument(
+        "--floor-pid",
+        type=int,
+        help="only run ttft0 and the paced case against the "
+        "Python floor (this PID, on 18090), into --out",
+    )
     p.add_argument("--out")
     args = p.parse_args()
     client = redis.Redis(port=args.redis_port)
@@ -254,6 +290,13 @@ def main() -> None:
         return
     if args.lone_append:
         print(f"{lone_append_cpu(client, args.connections / 0.5, args.lone_append):.7f}")
+        return
+    if args.floor_pid and args.procstat and args.out:
+        fast = asyncio.run(floor(args, FAST, 2 * args.requests))
+        rows = [fast, asyncio.run(floor(args, PACED, args.slow_requests))]
+        set_ttft(0)
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+        print(*rows, sep="\n")
         return
     if not (args.procstat and args.gateway_pid and args.out):
         p.error("--procstat, --gateway-pid and --out are required (but with --idle, --lone-append)")

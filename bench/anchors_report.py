@@ -52,6 +52,8 @@ def main() -> None:
     rows = list(csv.DictReader((run / "results.csv").open()))
     memory = list(csv.DictReader((run / "memory.csv").open()))
     redis = json.loads((run / "redis.json").read_text()) if (run / "redis.json").exists() else []
+    # the Python floor under the Redis phase's two loads (runs since 2026-12-06)
+    floor = json.loads((run / "floor.json").read_text()) if (run / "floor.json").exists() else []
     machine = (run / "machine.txt").read_text() if (run / "machine.txt").exists() else ""
 
     def reps(label: str, case: str, key: str) -> list[float]:
@@ -229,6 +231,18 @@ def main() -> None:
         if redis[0].get("redis_idle_cpu_ms_per_s") is not None:
             p(f"\nRedis idle, before the gateway started: "
               f"{fmt(redis[0]['redis_idle_cpu_ms_per_s'], 2)} ms of CPU a second.")  # fmt: skip
+        if len(floor) == 2:
+            f0, fp = floor
+            p(
+                f"\nThe Python floor (`py_forwarder.py`, one process, the same mock) under the same "
+                f"two loads after the gateway's cases: {fmt(f0['cpu_ms_per_req'], 3)} ms of CPU a "
+                f"request closed-loop at upstream 0 ({fmt(f0['requests'] / f0['seconds'], 0)} "
+                f"requests/s), {fmt(fp['cpu_ms_per_req'], 3)} ms at the paced rate "
+                f"({fmt(fp['requests'] / fp['seconds'], 0)} requests/s, spread; errors "
+                f"{f0['errors']} / {fp['errors']}): on this machine requests that come one by one "
+                f"cost even the floor {fmt(fp['cpu_ms_per_req'] / f0['cpu_ms_per_req'], 1)}× "
+                "what they cost it under load."
+            )
         if lone:
             p(
                 f"\nOne answer's ledger append alone (I2: in Redis before the answer goes out), "
@@ -309,13 +323,20 @@ def main() -> None:
                 for (q, s), g in zip(pairs, growth, strict=True)
             )
             mid = statistics.median(growth)
+            floor_told = (
+                f" (the Python floor between the same two loads: {fmt(floor[0]['cpu_ms_per_req'], 3)}"
+                f" → {fmt(floor[1]['cpu_ms_per_req'], 3)} ms, "
+                f"{fmt(floor[1]['cpu_ms_per_req'] / floor[0]['cpu_ms_per_req'], 1)}×)"
+                if len(floor) == 2
+                else ""
+            )
             shared = ", each pair over one set of connections" if "rep" in paced[0] else ""
             line(
                 mid <= 0.2,
                 f"gateway CPU per request at 0.5 s no more than 20 % above 0 — at the same rate "
                 f"({fmt(paced[0]['requests'] / paced[0]['seconds'], 0)} requests/s, upstream 0 with "
                 f"0.5 s between a connection's requests){shared}: "
-                f"{told}; median **{mid * 100:+.0f} %**; {closed}.",
+                f"{told}; median **{mid * 100:+.0f} %**; {closed}{floor_told}.",
             )
         else:
             line(

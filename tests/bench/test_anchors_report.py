@@ -40,7 +40,7 @@ def redis_row(case: str, rep: int, gateway_ms: float, redis_us: float = 150.0) -
     }
 
 
-def render(tmp_path: Path, redis: list[dict]) -> str:
+def render(tmp_path: Path, redis: list[dict], floor: tuple[float, float] | None = None) -> str:
     fields = ["label", "rep", "case", "rps", "p50_ms", "gw_cpu_ms_per_req", "aux_cpu_ms_per_req"]
     with (tmp_path / "results.csv").open("w", newline="") as f:
         out = csv.DictWriter(f, fields)
@@ -55,6 +55,12 @@ def render(tmp_path: Path, redis: list[dict]) -> str:
             {"label": "switchyard-2w", "sum_peak_rss_mib": 250, "max_process_peak_rss_mib": 110}
         )
     (tmp_path / "redis.json").write_text(json.dumps(redis))
+    if floor:
+        rows = [
+            {"case": case, "requests": 960, "errors": 0, "seconds": 30.0, "cpu_ms_per_req": ms}
+            for case, ms in zip(("ttft0", "ttft0_paced"), floor, strict=True)
+        ]
+        (tmp_path / "floor.json").write_text(json.dumps(rows))
     report = ROOT / "bench" / "anchors_report.py"
     return subprocess.check_output([sys.executable, str(report), str(tmp_path)], text=True)
 
@@ -99,3 +105,12 @@ def test_the_redis_line_takes_the_median_pair_and_names_the_floor(tmp_path: Path
     assert "50 / 115 µs (pairs: 200, 110, 115)" in line
     assert "at 64 connections" in line
     assert "a lone ledger append alone costs 143 µs" in line
+
+
+def test_the_gateway_cpu_line_names_the_python_floors_rise_between_the_same_loads(
+    tmp_path: Path,
+) -> None:
+    markdown = render(tmp_path, phase([(3.5, 3.6)] * 3), floor=(0.2, 0.8))
+    line = acceptance(markdown, "gateway CPU per request at 0.5 s")
+    assert "closed loop at 16 connections 1.00 → 3.60 ms (+260 %)" in line
+    assert "the Python floor between the same two loads: 0.200 → 0.800 ms, 4.0×" in line
