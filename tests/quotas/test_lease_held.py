@@ -99,7 +99,9 @@ def test_leases_held_together_are_each_renewed_every_third_of_a_lease_and_outliv
         short = asyncio.create_task(long("short", 0.0, 0.05))
         first = asyncio.create_task(long("long-a", 0.06, 0.75))
         second = asyncio.create_task(long("long-b", 0.11, 0.75))
-        await asyncio.sleep(0.8)  # 2.5 leases after long-a began: both still hold their slot
+        # two leases after long-a began, 0.1 s before it ends: both still hold their slot (at
+        # 0.8 s, 2.5 leases, a busy loop's late wake-up found long-a just over)
+        await asyncio.sleep(0.7)
         third = await store.reserve("third", [SLOTS], Usage(concurrency=1.0))
         await asyncio.gather(short, first, second)
         renewals_at_end = sum(len(v) for v in store.renewed.values())
