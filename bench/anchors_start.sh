@@ -4,11 +4,12 @@
 #   anchors_start.sh CONFIG PORT WORKERS REDIS_URL WORKDIR   (the harness's calling convention)
 # Why not the harness's own start.sh: it runs `manage.py broker_bootstrap`, a command this
 # project removed when the broker's state began to heal itself (86e4806), so it stops there.
-# Otherwise the same: a fresh SQLite file, migrate, loadconfig, then uvicorn exec'd (the PID the
-# harness holds is uvicorn's), started as tests/stack.py and scripts/demo start it:
-# switchyard.asgi:application with gateway.server:HttpProtocol (uvicorn's httptools protocol,
-# whose own 400s are in the error envelope), uvloop, no access log. No Celery worker (as the
-# harness and bench/gateway_bench.py): ledger records stay queued in Redis.
+# Otherwise the same: a fresh SQLite file, migrate, loadconfig, then the server exec'd (the PID
+# the harness holds is the server's), started as tests/stack.py and scripts/demo start it:
+# gateway.serve (uvicorn, a listening socket per worker), switchyard.asgi:application with
+# gateway.server:HttpProtocol (uvicorn's httptools protocol, whose own 400s are in the error
+# envelope), uvloop, no access log. No Celery worker (as the harness and bench/gateway_bench.py):
+# ledger records stay queued in Redis.
 # Env: SWITCHYARD_SRC (the project checkout), SWITCHYARD_VENV (default: its .venv),
 # SWITCHYARD_SERVER (uvicorn, the default, or granian: the same application under granian's ASGI
 # interface, uvloop, HTTP/1 only, for bench/cpu_per_request.py --server; issue 19 item 2).
@@ -26,8 +27,7 @@ cd "$SRC"
 "$VENV/bin/python" manage.py loadconfig "$CONFIG"
 case "${SWITCHYARD_SERVER:-uvicorn}" in
   uvicorn)
-    exec "$VENV/bin/python" -m uvicorn switchyard.asgi:application --host 127.0.0.1 --port "$PORT" \
-      --workers "$WORKERS" --loop uvloop --http gateway.server:HttpProtocol --no-access-log ;;
+    exec "$VENV/bin/python" -m gateway.serve --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" ;;
   granian)
     exec "$VENV/bin/python" -m granian switchyard.asgi:application --interface asgi \
       --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" --loop uvloop --http 1 \

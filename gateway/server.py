@@ -1,5 +1,5 @@
-"""uvicorn's HTTP protocol, with two changes (run uvicorn with
-``--http gateway.server:HttpProtocol``):
+"""uvicorn's HTTP protocol, with these changes (``gateway.serve`` runs uvicorn with it;
+elsewhere, ``--http gateway.server:HttpProtocol``):
 
 - its own refusals in Switchyard's error envelope (SPEC H1). A request line or header the
   parser cannot read (control bytes, a bad method token) never reaches the ASGI application:

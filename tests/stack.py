@@ -210,19 +210,13 @@ class Stack:
             [
                 PYTHON,
                 "-m",
-                "uvicorn",
-                "switchyard.asgi:application",
+                "gateway.serve",  # uvicorn, a listening socket per worker
                 "--host",
                 "127.0.0.1",
                 "--port",
                 str(self.gateway_port),
                 "--workers",
                 str(self.gateway_workers),
-                "--loop",
-                "uvloop",
-                "--http",
-                "gateway.server:HttpProtocol",  # uvicorn's own 400s in the envelope
-                "--no-access-log",
             ],
         )
 

@@ -1,0 +1,109 @@
+"""The gateway's runner (gateway/serve.py): each worker listens on a socket of its own, so new
+connections are spread over the workers by the kernel, not taken by whichever is awake."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.stack import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Runner:
+    def __init__(self, workers: int, log: Path) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.serve", "--port", str(self.port),
+             "--workers", str(workers), "--app", "tests.pid_app:app"],
+            cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_until(lambda: len(self.pids(32)) == workers, timeout=30, what="the workers")
+
+    def pids(self, connections: int) -> Counter[int]:
+        """Which worker answered, over ``connections`` connections opened at once."""
+
+        async def hit() -> list[int]:
+            connector = aiohttp.TCPConnector(limit=connections, force_close=True)
+            async with aiohttp.ClientSession(connector=connector) as session:
+
+                async def one() -> int:
+                    async with session.get(f"http://127.0.0.1:{self.port}/") as response:
+                        return int(await response.text())
+
+                return await asyncio.gather(*(one() for _ in range(connections)))
+
+        try:
+            return Counter(asyncio.run(hit()))
+        except aiohttp.ClientError:
+            return Counter()
+
+    def listening_sockets(self) -> int:
+        """Sockets listening on the port (``/proc/net/tcp``, state 0A)."""
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        return sum(
+            1
+            for line in lines
+            if line.split()[1].endswith(f":{self.port:04X}") and line.split()[3] == "0A"
+        )
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    running = Runner(2, tmp_path / "serve.log")
+    yield running
+    if running.process.poll() is None:
+        running.process.kill()
+        running.process.wait()
+
+
+def test_each_worker_listens_on_a_socket_of_its_own(runner: Runner) -> None:
+    assert runner.listening_sockets() == 2  # uvicorn --workers 2: one, shared
+
+
+def test_connections_opened_together_are_served_by_both_workers(runner: Runner) -> None:
+    served = runner.pids(32)
+    assert sum(served.values()) == 32
+    assert len(served) == 2, served
+
+
+def test_a_worker_that_dies_is_replaced(runner: Runner) -> None:
+    before = set(runner.pids(32))
+    gone = min(before)
+    os.kill(gone, signal.SIGKILL)
+    wait_until(
+        lambda: len(now := set(runner.pids(32))) == 2 and gone not in now,
+        timeout=15,
+        what="a new worker in place of the killed one",
+    )
+
+
+def test_sigterm_stops_every_worker_and_the_runner(runner: Runner) -> None:
+    workers = set(runner.pids(32))
+    runner.process.send_signal(signal.SIGTERM)
+    assert runner.process.wait(timeout=30) == 0
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+def test_a_port_another_server_listens_on_is_refused(runner: Runner, tmp_path: Path) -> None:
+    """With ``SO_REUSEPORT`` a second runner's workers could bind beside the first's and take
+    half its connections; it stops at once instead."""
+    second = subprocess.run(
+        [sys.executable, "-m", "gateway.serve", "--port", str(runner.port), "--workers", "2",
+         "--app", "tests.pid_app:app"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert second.returncode == 3
+    assert f"127.0.0.1:{runner.port} is in use" in second.stderr
+    assert len(runner.pids(32)) == 2  # the first still serves, alone on the port
+    assert runner.listening_sockets() == 2
