@@ -501,12 +501,12 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
 def fresh_workers(
     entry: tuple[str, str, list[int], list[int]], gateway: int, count: int
 ) -> tuple[str, str, list[int], list[int]]:
-    """``--fresh``: the gateway's workers restarted (uvicorn restarts them all on SIGHUP) and
-    their new PIDs. One set of workers keeps its own offset for a whole run: which worker
-    accepted the connections, its hash seed and heap layout. Two checkouts' CPU per request
-    differed by 0.1-0.16 ms in one direction, then in the other, with the same code on both
-    sides (bench/results/gateway_cpu.md); new workers for every repetition turn that offset
-    into noise the repetitions average out."""
+    """``--fresh``: the gateway's workers restarted (its runner, ``gateway.serve``, replaces
+    them all on SIGHUP) and their new PIDs. One set of workers keeps its own offset for a
+    whole run: which worker accepted the connections, its hash seed and heap layout. Two
+    checkouts' CPU per request differed by 0.1-0.16 ms in one direction, then in the other,
+    with the same code on both sides (bench/results/gateway_cpu.md); new workers for every
+    repetition turn that offset into noise the repetitions average out."""
     label, url, old, _ = entry
     os.kill(gateway, signal.SIGHUP)
     deadline = time.monotonic() + 120
@@ -626,7 +626,7 @@ def main() -> None:
     args.src = args.src or [ROOT]
     args.server = args.server or ["uvicorn"]
     if args.fresh and (args.workers < 2 or args.server != ["uvicorn"]):
-        parser.error("--fresh restarts workers through uvicorn's supervisor: 2 workers or more")
+        parser.error("--fresh restarts the workers of gateway.serve's supervisor: 2 or more")
     for server in args.server:
         if server.split() != ["uvicorn"] and server.split()[:1] != ["granian"]:
             parser.error(f"--server {server!r}: uvicorn, or granian and its options")

@@ -12,9 +12,11 @@ in half (bench/results/redis.md, tenth session). Here each worker binds the port
 addresses.
 
 This module is a small supervisor in place of uvicorn's: it starts the workers, starts a new one
-when one dies, and on SIGTERM or SIGINT stops them all (each finishes its requests as uvicorn
-does) and exits. Each worker runs ``uvicorn.Server`` with the settings ``scripts/demo`` always
-used: uvloop, ``gateway.server:HttpProtocol``, no access log.
+when one dies, on SIGHUP replaces every worker by a new one (as uvicorn's and gunicorn's
+supervisors do: new code and settings, with no moment when no worker listens), and on SIGTERM
+or SIGINT stops them all (each finishes its requests as uvicorn does) and exits. Each worker
+runs ``uvicorn.Server`` with the settings ``scripts/demo`` always used: uvloop,
+``gateway.server:HttpProtocol``, no access log.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class Supervisor:
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[SpawnProcess] = []
         self.stopping = False
+        self.restarting = False
 
     def start(self) -> SpawnProcess:
         process = self.context.Process(target=worker, args=(self.settings,), name="worker")
@@ -102,21 +105,39 @@ class Supervisor:
     def stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
 
+    def restart(self, signum: int, frame: FrameType | None) -> None:
+        self.restarting = True
+
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, self.restart)
         self.workers = [self.start() for _ in range(self.count)]
         while not self.stopping:
             time.sleep(RESPAWN_PAUSE)
+            if self.restarting and not self.stopping:
+                self.restarting = False
+                self.replace_all()
             for i, process in enumerate(self.workers):
                 if not self.stopping and not process.is_alive():
                     log.warning("worker %s ended (exit code %s)", process.pid, process.exitcode)
                     self.workers[i] = self.start()
-        for process in self.workers:
+        self.end(self.workers)
+
+    def replace_all(self) -> None:
+        """New workers first, listening beside the old ones; then the old ones end, each after
+        finishing its requests."""
+        old, self.workers = self.workers, [self.start() for _ in range(self.count)]
+        log.info("replacing workers %s", ", ".join(str(p.pid) for p in old))
+        self.end(old)
+
+    @staticmethod
+    def end(processes: list[SpawnProcess]) -> None:
+        for process in processes:
             if process.is_alive():
                 process.terminate()  # SIGTERM: uvicorn finishes the requests under way
         deadline = time.monotonic() + STOP_GRACE
-        for process in self.workers:
+        for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()

@@ -88,6 +88,25 @@ def test_a_worker_that_dies_is_replaced(runner: Runner) -> None:
     )
 
 
+def test_sighup_replaces_every_worker_and_the_runner_goes_on(runner: Runner) -> None:
+    """As uvicorn's and gunicorn's supervisors do (``bench/cpu_per_request.py --fresh``
+    relies on it): a SIGHUP left to its default action would end the runner."""
+    before = set(runner.pids(32))
+    runner.process.send_signal(signal.SIGHUP)
+    wait_until(
+        lambda: len(now := set(runner.pids(32))) == 2 and not now & before,
+        timeout=30,
+        what="two new workers in place of the old ones",
+    )
+    wait_until(
+        lambda: not [pid for pid in before if Path(f"/proc/{pid}").exists()],
+        timeout=30,
+        what="the old workers gone",
+    )
+    assert runner.process.poll() is None
+    assert runner.listening_sockets() == 2
+
+
 def test_sigterm_stops_every_worker_and_the_runner(runner: Runner) -> None:
     workers = set(runner.pids(32))
     runner.process.send_signal(signal.SIGTERM)
