@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from common import metric_values  # noqa: F401 - before any metric is made
+
 REQUESTS = Counter(
     "switchyard_requests_total",
     "Logical requests by outcome and by the door they came in by (chat, messages, …).",

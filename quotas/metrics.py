@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+from common import metric_values  # noqa: F401 - before any metric is made
+
 BROKER_RECOVERING = Gauge(
     "switchyard_broker_recovering",
     "1 while the broker relearns its Redis state (new or lost; quotas/recovery.py): concurrency "
