@@ -12,7 +12,8 @@
 # ledger records stay queued in Redis.
 # Env: SWITCHYARD_SRC (the project checkout), SWITCHYARD_VENV (default: its .venv),
 # SWITCHYARD_SERVER (uvicorn, the default, or granian: the same application under granian's ASGI
-# interface, uvloop, HTTP/1 only, for bench/cpu_per_request.py --server; issue 19 item 2).
+# interface, uvloop, HTTP/1 only, for bench/cpu_per_request.py --server; issue 19 item 2),
+# SWITCHYARD_WRAP (a command the server runs under: valgrind for cpu_per_request.py --callgrind).
 set -euo pipefail
 [[ $# -eq 5 ]] || { sed -n '2,4p' "$0"; exit 2; }
 CONFIG=$1 PORT=$2 WORKERS=$3 REDIS=$4 WORKDIR=$5
@@ -27,7 +28,7 @@ cd "$SRC"
 "$VENV/bin/python" manage.py loadconfig "$CONFIG"
 case "${SWITCHYARD_SERVER:-uvicorn}" in
   uvicorn)
-    exec "$VENV/bin/python" -m gateway.serve --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" ;;
+    exec ${SWITCHYARD_WRAP:-} "$VENV/bin/python" -m gateway.serve --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" ;;
   granian)
     exec "$VENV/bin/python" -m granian switchyard.asgi:application --interface asgi \
       --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" --loop uvloop --http 1 \

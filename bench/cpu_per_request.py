@@ -39,7 +39,7 @@ end, since the two servers split their work between processes differently.
     .venv/bin/python bench/cpu_per_request.py [--upstream mock|sim|both] [--reps 2]
         [--requests 2000] [--slow-requests 480] [--workers 2] [--stream] [--quick] [--fresh]
         [--src CHECKOUT --src OTHER] [--server uvicorn --server granian]
-        [--py-spy DIR] [--strace DIR] [--json out.json]
+        [--py-spy DIR] [--strace DIR] [--callgrind DIR] [--json out.json]
 
 ``--src`` (repeatable) runs a gateway per checkout (a ``git worktree add --detach`` of each
 commit), each with a Redis of its own, beside the same upstream, and every case on each in
@@ -48,7 +48,12 @@ each repetition: a set of workers keeps an offset of its own (±0.1 ms a request
 as it runs, so without it one run compares two sets, not two checkouts. ``--py-spy DIR``
 samples every worker per case (``pip install py-spy``; ``PY_SPY`` names the binary);
 ``--strace DIR`` counts its system calls (exact, whatever the load; the CPU of a traced case
-means nothing). Prints one JSON line per case (stderr) and a markdown table.
+means nothing). ``--callgrind DIR`` (one worker) runs the gateway under valgrind's callgrind and
+counts the instructions it executes over each case's requests, its dumps left in DIR for
+``callgrind_annotate``: on a 2-core machine shared with the load and the upstream, a 1-3 %
+change in CPU time is lost in ±10 % of noise; the instruction count of the same code repeats
+within ~1 % (the CPU of a case under valgrind means nothing). Prints one JSON line per case
+(stderr) and a markdown table.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ MOCK_PORTS = (18001, 18002)
 REDIS_PORT = 16392
 TICK = os.sysconf("SC_CLK_TCK")
 PY_SPY = os.environ.get("PY_SPY", "/tmp/pyspy-venv/bin/py-spy")  # pip install py-spy
+CALLGRIND_DIR: Path | None = None
 # the body of the harness's wrk/chat.lua, byte for byte the same request as its timed cases
 MESSAGES = [
     {"role": "system", "content": "You are a concise assistant used for gateway benchmarking."},
@@ -313,6 +319,7 @@ def measure(
     asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
     time.sleep(1.0)
     spies = [profile(pid, f"{case}-w{n}", stream) for n, pid in enumerate(gateway_workers, 1)]
+    callgrind(gateway_workers[0], "on")
     tracer = syscalls(gateway_workers[0], f"{case}-{url.rsplit(':', 1)[1].split('/')[0]}")
     redis_port = REDIS_PORT + int(url.rsplit(":", 1)[1].split("/")[0]) - GATEWAY_PORT
     redis_before = redis_counts(redis_port)
@@ -321,6 +328,7 @@ def measure(
     before, started = workers_cpu(gateway_workers), time.monotonic()
     errors = asyncio.run(drive(url, data, requests, connections, think))
     seconds = time.monotonic() - started
+    instructions = callgrind(gateway_workers[0], "off")
     for watcher in (*spies, tracer):
         if watcher is not None:
             watcher.send_signal(signal.SIGINT)  # py-spy and strace write their report on SIGINT
@@ -341,6 +349,7 @@ def measure(
         "cpu_ms_per_req": round(spent * 1000 / requests, 3),
         "cpu_system_ms_per_req": round(system * 1000 / requests, 3),
         "loadavg": Path("/proc/loadavg").read_text().split()[0],
+        **({"instructions_per_req": round(instructions / requests)} if instructions else {}),
         "peak_rss_mib": peak_rss_mib(gateway_workers),  # since the worker started
         "tree_cpu_ms_per_req": round(tree_spent * 1000 / requests, 3),
         "tree_rss_mib": tree_rss_mib(gateway_tree),
@@ -386,6 +395,21 @@ def profile(pid: int, case: str, stream: bool) -> subprocess.Popen[bytes] | None
          "-o", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def callgrind(pid: int, switch: str) -> int:
+    """With ``--callgrind DIR``: the worker's instrumentation turned on, or off and what it
+    counted since dumped (``callgrind_control``): the instructions executed, else 0."""
+    if CALLGRIND_DIR is None:
+        return 0
+    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
+    if switch == "on":
+        return 0
+    dumps = set(CALLGRIND_DIR.glob(f"callgrind.{pid}.*"))
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    (dump,) = set(CALLGRIND_DIR.glob(f"callgrind.{pid}.*")) - dumps
+    totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
+    return int(totals.split()[1])
 
 
 STRACE_DIR: Path | None = None
@@ -455,12 +479,15 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                  f"redis://127.0.0.1:{redis_port}/0", str(folder / f"gateway-{n}")],
                 env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv"),
                      "SWITCHYARD_SERVER": server.split()[0],
-                     "GRANIAN_ARGS": " ".join(server.split()[1:])},
+                     "GRANIAN_ARGS": " ".join(server.split()[1:]),
+                     "SWITCHYARD_WRAP": valgrind(n)},
             )  # fmt: skip
-            wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=120)
+            wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=300 if CALLGRIND_DIR else 120)
             pids = workers(gateway)
             assert len(pids) == args.workers, f"expected {args.workers} workers, found {pids}"
             label = source_label(src) + ("" if args.server == ["uvicorn"] else f" {server}")
+            if label.endswith("+changes"):  # scratch copies of one commit: which is which
+                label += f" ({src.name})"
             gateways.append((label, f"http://127.0.0.1:{port}{PATH}", pids, tree(gateway)))
             mains.append(gateway)
 
@@ -496,6 +523,15 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
     finally:
         procs.stop()
     return rows
+
+
+def valgrind(n: int) -> str:
+    """The command gateway ``n`` runs under with ``--callgrind``: callgrind, counting nothing
+    until told (start-up and warm-up run at valgrind's uninstrumented speed)."""
+    if CALLGRIND_DIR is None:
+        return ""
+    out = CALLGRIND_DIR / "callgrind.%p"
+    return f"valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file={out}"
 
 
 def fresh_workers(
@@ -574,6 +610,16 @@ def table(rows: list[dict]) -> str:
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
+        if "instructions_per_req" in group[0]:  # under valgrind: the CPU figures mean nothing
+            counts = [r["instructions_per_req"] / 1000 for r in group]
+            values = [r["instructions_per_req"] / 1e6 for r in group]
+            lines.append(
+                f"| {case} (million instructions / req) | {src} | {group[0]['requests']} "
+                f"| {sum(r['errors'] for r in group)} | | "
+                f"{' / '.join(f'{v:,.0f}k' for v in counts)} | {sum(values) / len(values):.3f} "
+                "| | | | | | |"
+            )
+            continue
         lines.append(
             f"| {case}{' stream' if group[0]['stream'] else ''} | {src} | {group[0]['requests']} "
             f"| {sum(r['errors'] for r in group)} | "
@@ -603,6 +649,9 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, help="profile every worker of each case into DIR")
     parser.add_argument("--strace", type=Path, help="count worker 1's syscalls into DIR")
     parser.add_argument(
+        "--callgrind", type=Path, help="count the instructions of each case (1 worker) into DIR"
+    )
+    parser.add_argument(
         "--src",
         type=Path,
         action="append",
@@ -625,14 +674,19 @@ def main() -> None:
     args = parser.parse_args()
     args.src = args.src or [ROOT]
     args.server = args.server or ["uvicorn"]
+    if args.callgrind and (args.workers != 1 or args.server != ["uvicorn"]):
+        parser.error("--callgrind runs one uvicorn worker under valgrind: --workers 1")
     if args.fresh and (args.workers < 2 or args.server != ["uvicorn"]):
         parser.error("--fresh restarts the workers of gateway.serve's supervisor: 2 or more")
     for server in args.server:
         if server.split() != ["uvicorn"] and server.split()[:1] != ["granian"]:
             parser.error(f"--server {server!r}: uvicorn, or granian and its options")
     if args.inside:
-        global PROFILE_DIR, STRACE_DIR
-        PROFILE_DIR, STRACE_DIR = args.py_spy, args.strace
+        global PROFILE_DIR, STRACE_DIR, CALLGRIND_DIR
+        PROFILE_DIR, STRACE_DIR, CALLGRIND_DIR = args.py_spy, args.strace, args.callgrind
+        if CALLGRIND_DIR is not None:
+            CALLGRIND_DIR = CALLGRIND_DIR.resolve()
+            CALLGRIND_DIR.mkdir(parents=True, exist_ok=True)
         inside(args)
         return
     started = Path("/proc/loadavg").read_text().strip()
