@@ -31,7 +31,7 @@ from gateway.records import (
     reservation_taken,
     usage_cost,
 )
-from gateway.responses import json_response, response_headers
+from gateway.responses import headers_add, json_response, response_headers
 from gateway.steps import StreamSteps
 from gateway.streaming import StreamEnd, relay
 from quotas.broker import Broker, actual_usage
@@ -278,8 +278,7 @@ def answer_stream(
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
-    for name, value in response_headers(call).items():
-        response[name] = value
+    headers_add(response, response_headers(call))
     # C10: how this stream reserves its output, and what it holds as the answer starts.
     response[STREAM_RESERVATION_HEADER] = "increments" if steps is not None else "max"
     response[RESERVED_OUTPUT_HEADER] = str(admitted.reserved_output)

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 
 from gateway.call import Call
 from gateway.decision import decision_headers
@@ -45,6 +46,23 @@ def json_response(
     data: dict[str, Any], *, status: int = 200, headers: dict[str, str] | None = None
 ) -> HttpResponse:
     response = HttpResponse(orjson.dumps(data), status=status, content_type="application/json")
-    for name, value in (headers or {}).items():
-        response[name] = value
+    if headers:
+        headers_add(response, headers)
     return response
+
+
+def headers_add(response: HttpResponseBase, headers: dict[str, str]) -> None:
+    """``response[name] = value`` for each header, at a fraction of the cost. Django converts
+    and checks each name and value by itself, a few calls each; an answer carries ~17 of the
+    proxy's own (H1), ~0.5 us each. Here two tests in C per header: printable ASCII, so no line
+    break, which is all Django would find in them. Anything else (a name from the configuration
+    with an accent in a value, say) goes Django's way, which MIME-encodes it or refuses it.
+    Django's ``ResponseHeaders`` keeps ``{lower-cased name: (name, value)}``; ``ProxyHandler``
+    reads it back the same way (gateway/asgi.py)."""
+    store = response.headers._store
+    for name, value in headers.items():
+        # printable ASCII (spaces included): what Django keeps unchanged
+        if type(value) is str and value.isascii() and value.isprintable() and name.isprintable():
+            store[name.lower()] = (name, value)
+        else:
+            response[name] = value
