@@ -54,15 +54,19 @@ def json_response(
 def headers_add(response: HttpResponseBase, headers: dict[str, str]) -> None:
     """``response[name] = value`` for each header, at a fraction of the cost. Django converts
     and checks each name and value by itself, a few calls each; an answer carries ~17 of the
-    proxy's own (H1), ~0.5 us each. Here two tests in C per header: printable ASCII, so no line
-    break, which is all Django would find in them. Anything else (a name from the configuration
-    with an accent in a value, say) goes Django's way, which MIME-encodes it or refuses it.
-    Django's ``ResponseHeaders`` keeps ``{lower-cased name: (name, value)}``; ``ProxyHandler``
-    reads it back the same way (gateway/asgi.py)."""
+    proxy's own (H1), ~0.5 us each. Here one test in C of each name and value: printable
+    ASCII, so no line break, which is all Django would find in them. Anything else (a name from
+    the configuration with an accent in a value, say) goes Django's way, which MIME-encodes it
+    or refuses it. Django's ``ResponseHeaders`` keeps ``{lower-cased name: (name, value)}``;
+    ``ProxyHandler`` reads it back the same way (gateway/asgi.py)."""
     store = response.headers._store
     for name, value in headers.items():
-        # printable ASCII (spaces included): what Django keeps unchanged
-        if type(value) is str and value.isascii() and value.isprintable() and name.isprintable():
+        if type(value) is str and _plain(value) and _plain(name):
             store[name.lower()] = (name, value)
         else:
             response[name] = value
+
+
+def _plain(text: str) -> bool:
+    """Printable ASCII, spaces included: what Django keeps as it is."""
+    return text.isascii() and text.isprintable()
