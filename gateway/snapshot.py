@@ -4,13 +4,17 @@ Each process holds one immutable snapshot and checks a version number in Redis a
 CONFIG_POLL_INTERVAL seconds. The first request after the interval waits for that check, and
 when the version moved (loadconfig or an admin save bumped it) for the new snapshot, so a
 change (a revoked key) applies to every request from then on, even on a worker that was idle.
-Within the interval requests use the snapshot as it is, with no Redis call.
+Within the interval requests use the snapshot as it is, with no Redis call. Every ledger append
+reads the version too (gateway/ledger.py): a read of the same version there counts as a check,
+so a process appending its answers' records needs no GET of its own, and a newer one is taken
+up by the next request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -19,6 +23,7 @@ from django.conf import settings
 from common import redis as sy_redis
 from common.db import database_work
 from common.faultlog import faults
+from gateway import ledger
 from quotas.snapshot import QuotaSnapshot, quota_snapshot_build
 from routing.catalogue import Catalogue, catalogue_build
 from tenants.identity import KeyIndex, key_index_build
@@ -50,6 +55,7 @@ class SnapshotHolder:
         self._snapshot: Snapshot | None = None
         self._checked_at = 0.0
         self._refreshing: asyncio.Task[None] | None = None
+        self._ledger_read: tuple[int, float] | None = None  # the last one taken as a check
 
     async def get(self) -> Snapshot:
         """The current snapshot. Once the poll interval has passed, the request waits for the
@@ -64,6 +70,8 @@ class SnapshotHolder:
             or refreshing.get_loop() is not asyncio.get_running_loop()
         ):
             snapshot = self._snapshot
+            if snapshot is not None and ledger.config_version_read() is not self._ledger_read:
+                self._ledger_check(snapshot)
             fresh = time.monotonic() - self._checked_at < settings.CONFIG_POLL_INTERVAL
             if snapshot is not None and fresh:
                 return snapshot  # the hot path: no await at all
@@ -72,6 +80,16 @@ class SnapshotHolder:
         await asyncio.shield(refreshing)
         assert self._snapshot is not None  # else the refresh raised
         return self._snapshot
+
+    def _ledger_check(self, snapshot: Snapshot) -> None:
+        """The ledger's last append read the version; sent after this holder's last check, it
+        is a check made then. A version other than this snapshot's makes the refresh come now,
+        not when the interval is over."""
+        read = self._ledger_read = ledger.config_version_read()
+        assert read is not None
+        version, sent = read
+        if sent > self._checked_at:
+            self._checked_at = sent if version == snapshot.version else -math.inf
 
     def peek(self) -> Snapshot | None:
         """The snapshot held now, without any check (the readiness probe compares versions)."""

@@ -11,6 +11,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
 from common import redis as gateway_redis
+from gateway import ledger
 from gateway import snapshot as snapshot_module
 from gateway.snapshot import Snapshot, SnapshotHolder
 from tenants.keys import key_hash
@@ -125,3 +126,30 @@ def test_it_serves_the_last_snapshot_when_the_version_cannot_be_read(
         return await holder.get() is first, holder.version_reads
 
     assert run(scenario) == (True, 2)
+
+
+def test_a_version_a_ledger_append_read_stands_for_the_check(
+    personas: Personas, settings: Any, loop_redis: None
+) -> None:
+    """Answers appended one by one read the version in their own round trips: the poll needs
+    no GET of its own while they read the snapshot's version, and the next request rebuilds
+    when they read a newer one, the interval notwithstanding."""
+    settings.CONFIG_POLL_INTERVAL = 0.3
+    holder = CountingHolder()
+
+    async def scenario() -> list[Any]:
+        first = await holder.get()
+        await asyncio.sleep(0.35)  # the interval has passed
+        await ledger._append([])
+        same = await holder.get()
+        reads_while_appending = holder.version_reads
+        await asyncio.sleep(0.35)
+        stale = await holder.get()  # no append since: a GET of its own
+        reads_without = holder.version_reads
+        await sync_to_async(revoke)(ACME_KEY)
+        await ledger._append([])  # within the interval, reads the new version
+        after = await holder.get()
+        return [same is first, reads_while_appending, stale is first, reads_without,
+                usable(after), after.version == first.version + 1]  # fmt: skip
+
+    assert run(scenario) == [True, 1, True, 2, False, True]
