@@ -347,7 +347,7 @@ async def _append(batch: list[bytes], writes: Sequence[tuple[str, bytes, int]] =
 # The configuration's version as this process's last append read it, and when that round trip
 # was sent (monotonic). The snapshot's poll takes it in place of a GET of its own
 # (gateway/snapshot.py): with answers coming one by one, each its own append, those GETs were
-# ~30 % of the round trips that were not an answer's append (bench/results/redis.md).
+# about a third of the round trips that were not an answer's append (bench/results/redis.md).
 _config_version: tuple[int, float] | None = None
 
 
