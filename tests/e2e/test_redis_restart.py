@@ -450,8 +450,17 @@ def test_while_a_live_process_has_not_reported_refusals_say_recovering_and_when(
             assert "re-registering" in error["message"]
             # The expected end — a live process reports within seconds — not the 30 s lease.
             assert 1 <= int(refused.headers["retry-after"]) <= 3
-            scrape = http.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
-            assert "switchyard_broker_recovering 1.0" in scrape.text
+
+            # The gauge is set by the look the refusal pokes, in its own task, which may come
+            # after the answer (failed once in CI under load): within a few looks, not at once.
+            def scraped():
+                return http.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+
+            wait_until(
+                lambda: "switchyard_broker_recovering 1.0" in scraped().text,
+                timeout=5,
+                what="switchyard_broker_recovering at 1",
+            )
             # (The gateway's other worker may not have reported yet either at that moment.)
             waiting = rf"waiting for \d live processes to report \([^)]*{elsewhere}"
             # The line is logged once per 10 s per process (common/faultlog.py): an earlier
