@@ -480,7 +480,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                 env={"SWITCHYARD_SRC": str(src), "SWITCHYARD_VENV": str(ROOT / ".venv"),
                      "SWITCHYARD_SERVER": server.split()[0],
                      "GRANIAN_ARGS": " ".join(server.split()[1:]),
-                     "SWITCHYARD_WRAP": valgrind(n)},
+                     "SWITCHYARD_WRAP": valgrind()},
             )  # fmt: skip
             wait_http(f"http://127.0.0.1:{port}/v1/models", timeout=300 if CALLGRIND_DIR else 120)
             pids = workers(gateway)
@@ -525,8 +525,8 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
     return rows
 
 
-def valgrind(n: int) -> str:
-    """The command gateway ``n`` runs under with ``--callgrind``: callgrind, counting nothing
+def valgrind() -> str:
+    """The command each gateway runs under with ``--callgrind``: callgrind, counting nothing
     until told (start-up and warm-up run at valgrind's uninstrumented speed)."""
     if CALLGRIND_DIR is None:
         return ""

@@ -322,6 +322,17 @@ class LedgerBuffer:
         await self.flush(time.monotonic())
 
 
+# The configuration's version as this process's last append read it, and when that round trip
+# was sent (monotonic). The snapshot's poll takes it in place of a GET of its own
+# (gateway/snapshot.py): with answers coming one by one, each its own append, those GETs were
+# about a third of the round trips that were not an answer's append (bench/results/redis.md).
+_config_version: tuple[int, float] | None = None
+
+
+def config_version_read() -> tuple[int, float] | None:
+    return _config_version
+
+
 async def _append(batch: list[bytes], writes: Sequence[tuple[str, bytes, int]] = ()) -> bytes:
     """Append ``batch`` (if any), set the ``writes``, and return the ledger's birth mark, set
     if Redis has none: one round trip."""
@@ -342,17 +353,6 @@ async def _append(batch: list[bytes], writes: Sequence[tuple[str, bytes, int]] =
     _config_version = (int(replies[-1] or 0), sent)
     found = replies[-2]
     return mark if found is None else bytes(found)
-
-
-# The configuration's version as this process's last append read it, and when that round trip
-# was sent (monotonic). The snapshot's poll takes it in place of a GET of its own
-# (gateway/snapshot.py): with answers coming one by one, each its own append, those GETs were
-# about a third of the round trips that were not an answer's append (bench/results/redis.md).
-_config_version: tuple[int, float] | None = None
-
-
-def config_version_read() -> tuple[int, float] | None:
-    return _config_version
 
 
 _buffer = LedgerBuffer()

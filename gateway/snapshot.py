@@ -70,8 +70,9 @@ class SnapshotHolder:
             or refreshing.get_loop() is not asyncio.get_running_loop()
         ):
             snapshot = self._snapshot
-            if snapshot is not None and ledger.config_version_read() is not self._ledger_read:
-                self._ledger_check(snapshot)
+            read = ledger.config_version_read()
+            if snapshot is not None and read is not None and read is not self._ledger_read:
+                self._ledger_check(snapshot, read)
             fresh = time.monotonic() - self._checked_at < settings.CONFIG_POLL_INTERVAL
             if snapshot is not None and fresh:
                 return snapshot  # the hot path: no await at all
@@ -81,12 +82,11 @@ class SnapshotHolder:
         assert self._snapshot is not None  # else the refresh raised
         return self._snapshot
 
-    def _ledger_check(self, snapshot: Snapshot) -> None:
+    def _ledger_check(self, snapshot: Snapshot, read: tuple[int, float]) -> None:
         """The ledger's last append read the version; sent after this holder's last check, it
         is a check made then. A version other than this snapshot's makes the refresh come now,
         not when the interval is over."""
-        read = self._ledger_read = ledger.config_version_read()
-        assert read is not None
+        self._ledger_read = read
         version, sent = read
         if sent > self._checked_at:
             self._checked_at = sent if version == snapshot.version else -math.inf
