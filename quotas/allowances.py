@@ -15,7 +15,9 @@ One per bucket set (a request's buckets on one provider account) at a time. The 
   set's requests then reserve on their own, through the fair queue.
 - While a quarter or less of its requests is left, or ``RENEW_LEAD`` before its time is up
   if it granted any, the set takes the next one, which replaces it when it comes: the set's
-  requests do not reserve on their own while an allowance is on its way.
+  requests do not reserve on their own while an allowance is on its way. None is taken that
+  would grant for less than ``MIN_LIFE`` (the end of a window, slice or ramp interval is that
+  near): the set's requests reserve on their own until the next one begins.
 - An allowance takes no more requests once it is ``WATCHED_MAX_AGE`` old (``MAX_AGE`` while
   no heartbeat watches for pauses, below), it granted none for ``IDLE_AFTER`` (its set went
   quiet: what it holds goes back), its window, slice or ramp interval is ending, a 429
@@ -88,6 +90,10 @@ IDLE_AFTER = 2.0
 # request may come meanwhile to ask for it, and it is there when the first one does.
 RENEW_LEAD = 0.05
 FLOOR = 0.5  # each bucket keeps at least this share of its capacity after an allowance
+# No allowance is taken that could grant for less than this: near the end of a window, slice
+# or ramp interval one would cost its take and reconcile and grant next to nothing, and each
+# request it turns away (its time is up) asked for the next one (bench/results/redis.md).
+MIN_LIFE = 0.25
 
 Key = tuple[str, tuple[BucketSpec, ...]]
 
@@ -243,6 +249,9 @@ class Allowances:
     ) -> None:
         if key in self._taking or not suits(attempt.specs, demand):
             return
+        now = time.time()
+        if usable_until(parts, now) - now < MIN_LIFE:
+            return  # the first request of the next window, slice or interval asks again
         unit = allowance_unit(demand)
         size = spare(parts, unit, self.size, self.floor)
         if size:

@@ -15,6 +15,7 @@ import redis.asyncio
 
 from quotas import allowances as allowances_module
 from quotas.broker import AttemptBuckets, Broker, Turn
+from quotas.core.allowance import MARGIN_SECONDS
 from quotas.core.fairqueue import QueueRefusal
 from quotas.core.model import BucketSpec, Dimension, Grant, Reason, Rule, Usage, Window
 from quotas.snapshot import ScopedBucket
@@ -494,3 +495,37 @@ def test_a_refused_request_stops_the_allowances_on_its_buckets(prefix: str) -> N
         assert not broker.allowances._current
 
     run(prefix, scenario, size=2)
+
+
+def test_no_allowance_is_taken_as_a_slice_ends_and_one_is_taken_in_the_next(
+    prefix: str,
+) -> None:
+    """An allowance could grant only until its rolling window's slice ends (less a margin):
+    one taken closer to that than MIN_LIFE would cost its take and reconcile for next to
+    nothing, and each request it turned away would ask for another (a storm of them before
+    every 5-minute slice end of a 5-hour window, bench/results/redis.md)."""
+    width = 3.0
+    rolling = BucketSpec(
+        "rolling", "tenant:acme", Dimension.REQUESTS, Rule.ROLLING_WINDOW, 1e5,
+        period=2 * width, slices=2,
+    )  # fmt: skip
+    buckets = attempt(SLOTS, rolling)
+
+    async def scenario(broker: Broker, store: CountingStore) -> None:
+        end = (time.time() // width + 1) * width
+        if end - time.time() < 1.0:  # too close to time the next steps: the slice after
+            end += width
+        # Less than MIN_LIFE before the slice's last moment an allowance could grant in.
+        await asyncio.sleep(end - MARGIN_SECONDS - 0.1 - time.time())
+        for i in range(3):
+            grant = await broker.admit(f"late-{i}", buckets, DEMAND, turn())
+            assert isinstance(grant, Grant)
+            await broker.reconcile(grant, DEMAND)
+        await asyncio.sleep(0.05)
+        assert store.calls == ["queue_admit", "queue_settle"] * 3  # each on its own, no take
+        await asyncio.sleep(end + 0.05 - time.time())  # the next slice
+        await taken_after_first(broker, buckets)
+        assert store.calls[6:] == ["queue_admit", "queue_admit"]  # the request, the allowance
+        assert broker.allowances is not None and broker.allowances._current
+
+    run(prefix, scenario)
