@@ -7,6 +7,7 @@ Each ``Broker`` here is one process: its own holdings and membership, one shared
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Coroutine, Iterator
 from typing import Any
@@ -193,5 +194,33 @@ def test_the_heartbeat_tells_the_allowances_of_a_pause_another_process_set(prefi
             assert isinstance(refused, QueueRefusal) and refused.reason is Reason.PAUSED
         finally:
             await ra.leave()
+
+    run(scenario())
+
+
+class LosesACancel(Recovery):
+    """A heartbeat whose beat loses the cancel that lands in it, as something it awaited once
+    did at a worker's shutdown (the worker never stopped)."""
+
+    def __init__(self, broker: Broker, kind: str) -> None:
+        super().__init__(broker, kind)
+        self.beating = asyncio.Event()
+
+    async def beat(self) -> None:
+        self.beating.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5.0)
+
+
+def test_leaving_ends_the_heartbeat_even_when_a_beat_loses_the_cancel(prefix: str) -> None:
+    async def scenario() -> None:
+        broker, _ = process(prefix, "gateway-a")
+        recovery = LosesACancel(broker, "gateway-a")
+        await recovery.join()
+        recovery.poke()
+        await asyncio.wait_for(recovery.beating.wait(), timeout=5.0)
+        async with asyncio.timeout(3.0):  # not a heartbeat that beats on for ever
+            await recovery.leave()
+        assert recovery._task is not None and recovery._task.done()
 
     run(scenario())
