@@ -40,7 +40,7 @@ reconciled with what its requests used. Each allowance costs Redis a take and a 
 the broker costs Redis (``bench/results/redis.md``). A process whose heartbeat has not looked
 for ``STALE_AFTER`` (or has none: tests, tools) ends its allowances after ``MAX_AGE``.
 
-The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (32; 0: no allowances).
+The setting ``BROKER_ALLOWANCE_REQUESTS`` is ``size`` (64; 0: no allowances).
 """
 
 from __future__ import annotations
