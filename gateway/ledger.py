@@ -58,6 +58,7 @@ from gateway.ledger_kept import KeptRecords
 from gateway.models import Generation, StoredResponse
 from quotas.models import Reservation
 from quotas.store.base import LedgerCarry
+from routing.live import live_router
 
 log = logging.getLogger(__name__)
 
@@ -347,11 +348,20 @@ async def _append(batch: list[bytes], writes: Sequence[tuple[str, bytes, int]] =
     mark = uuid.uuid4().hex.encode()
     pipe.set(born, mark, nx=True, get=True)
     pipe.get(sy_redis.key("config", "version"))
+    own = len(pipe)
+    # The routing statistics' sync, when due, rides along (routing/live.py): one round trip
+    # where two were. Errors come back as replies, so that one of the sync's is its own.
+    ride = live_router().sync_ride(pipe)
     sent = time.monotonic()
-    replies = await pipe.execute()
+    replies = await pipe.execute(raise_on_error=False)
+    if ride is not None:
+        asyncio.get_running_loop().call_soon(ride, replies[own:])  # after this answer
+    for reply in replies[:own]:
+        if isinstance(reply, Exception):
+            raise reply
     global _config_version
-    _config_version = (int(replies[-1] or 0), sent)
-    found = replies[-2]
+    _config_version = (int(replies[own - 1] or 0), sent)
+    found = replies[own - 2]
     return mark if found is None else bytes(found)
 
 

@@ -7,6 +7,11 @@ process in ``<prefix>:routing:ep:<endpoint>`` — and reads every process's back
 with the core's ``stats_merge``. Nothing is read-modified-written: each process owns its field,
 so there is no race to lose an update in; a dead process's field decays and is dropped.
 
+The sync rides the round trip of an answer's ledger append (``sync_ride``, called by
+``gateway.ledger``) when one comes after ``RIDE_SHARE`` of the interval, and goes on its own
+only when none came by the interval's end: with answers one by one, each its own append, the
+sync's own round trips were a sixth of those that were not an append (bench/results/redis.md).
+
 Conversations pinned to an endpoint (G12) live in ``<prefix>:routing:sticky:<key>`` with the
 provider's cache lifetime as TTL: read only for a conversation's later turns, written after
 the response.
@@ -16,13 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import os
 import random
 import socket
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import orjson
 from django.conf import settings
@@ -40,6 +48,16 @@ log = logging.getLogger(__name__)
 
 # A process whose statistics are this old has stopped publishing: its field is dropped.
 STALE_SECONDS = 3600.0
+# A sync may ride an append once this share of the interval has passed since the last one.
+RIDE_SHARE = 0.8
+
+
+class Boarded(NamedTuple):
+    """A sync's commands added to a pipeline: what to read its replies as."""
+
+    endpoint_keys: list[str]
+    slugs: list[str]
+    published: int  # the HSETs before the reads
 
 
 class LiveRouter:
@@ -51,6 +69,7 @@ class LiveRouter:
         self._own: dict[str, State] = {}
         self._own_traffic: dict[str, State] = {}
         self._sync: asyncio.Task[None] | None = None
+        self._synced_at = -math.inf  # when the last sync was sent (monotonic), ridden or not
         self._background: set[asyncio.Task[Any]] = set()
         self._rng = random.Random()
 
@@ -60,6 +79,7 @@ class LiveRouter:
             self.router.configure(m.routing for m in catalogue.models.values())
             self.version, self.catalogue = version, catalogue
         if self._sync is None or self._sync.done():
+            self._synced_at = time.monotonic()  # the first one an interval after starting
             self._sync = asyncio.create_task(self._sync_forever())
 
     def plan(self, request: RoutingRequest) -> Plan:
@@ -102,17 +122,46 @@ class LiveRouter:
 
     async def _sync_forever(self) -> None:
         while True:
-            await asyncio.sleep(settings.ROUTING_SYNC_INTERVAL)
+            interval = settings.ROUTING_SYNC_INTERVAL
+            await asyncio.sleep(max(0.05 * interval, self._synced_at + interval - time.monotonic()))
+            if time.monotonic() - self._synced_at < interval:
+                continue  # an append took it meanwhile
             try:
                 await self.sync()
             except Exception:  # Redis away: keep routing on this process's own view
                 faults.warning(log, "routing:sync", "routing statistics not shared this round")
 
     async def sync(self) -> None:
-        """Publish this process's statistics and load everyone's, merged."""
+        """Publish this process's statistics and load everyone's, merged: a round trip of its
+        own."""
+        pipe = sy_redis.async_client().pipeline(transaction=False)
+        boarded = self._board(pipe)
+        if boarded is not None:
+            self._arrive(boarded, await pipe.execute())
+
+    def sync_ride(self, pipe: Any) -> Callable[[list[Any]], None] | None:
+        """If a sync is due, add it to ``pipe`` (another's round trip, not yet sent) and return
+        what takes its replies, in order (a reply may be the command's error); else None."""
+        if time.monotonic() - self._synced_at < RIDE_SHARE * settings.ROUTING_SYNC_INTERVAL:
+            return None
+        boarded = self._board(pipe)
+        if boarded is None:
+            return None
+        return functools.partial(self._arrived, boarded)
+
+    def _arrived(self, boarded: Boarded, replies: list[Any]) -> None:
+        if any(isinstance(reply, Exception) for reply in replies):
+            faults.warning(log, "routing:sync", "routing statistics not shared this round")
+            return
+        self._arrive(boarded, replies)
+
+    def _board(self, pipe: Any) -> Boarded | None:
+        """Add the sync's commands to ``pipe``: this process's statistics written, everyone's
+        read."""
         catalogue = self.catalogue
         if catalogue is None:
-            return
+            return None
+        self._synced_at = time.monotonic()
         deltas, traffic = self.router.stats_flush()
         for key, delta in deltas.items():
             self._own[key] = stats_merge(self._own.get(key, {}), delta, self._params(key))
@@ -120,8 +169,6 @@ class LiveRouter:
             self._own_traffic[slug] = traffic_merge(
                 self._own_traffic.get(slug, {}), delta, self._model_params(slug)
             )
-        client = sy_redis.async_client()
-        pipe = client.pipeline(transaction=False)
         for key, own in self._own.items():
             pipe.hset(sy_redis.key("routing", "ep", key), self.process, orjson.dumps(own))
         for slug, own in self._own_traffic.items():
@@ -132,9 +179,13 @@ class LiveRouter:
             pipe.hgetall(sy_redis.key("routing", "ep", key))
         for slug in slugs:
             pipe.hgetall(sy_redis.key("routing", "model", slug))
-        replies = await pipe.execute()
         published = len(self._own) + len(self._own_traffic)
-        replies = replies[published:]
+        return Boarded(endpoint_keys, slugs, published)
+
+    def _arrive(self, boarded: Boarded, replies: list[Any]) -> None:
+        """Load everyone's statistics, merged, from the replies to ``_board``'s commands."""
+        endpoint_keys, slugs = boarded.endpoint_keys, boarded.slugs
+        replies = replies[boarded.published :]
         now = time.time()
         for key, fields in zip(endpoint_keys, replies[: len(endpoint_keys)], strict=True):
             params = self._params(key)

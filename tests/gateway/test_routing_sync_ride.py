@@ -1,0 +1,121 @@
+"""The routing statistics' sync rides an answer's ledger append (``LiveRouter.sync_ride``,
+``gateway.ledger._append``): while answers come, a process shares its statistics and takes
+the others' with no round trip of its own; with none coming, it syncs alone once an interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from common import redis as sy_redis
+from configfile.apply import config_load
+from gateway import ledger
+from routing import live as live_module
+from routing.catalogue import catalogue_build
+from routing.core.stats import Outcome
+from routing.live import LiveRouter
+
+CONFIG = """
+providers:
+  - {name: alpha, protocol: openai, base_url: "http://127.0.0.1:9/v1", api_key_env: ALPHA_KEY}
+models:
+  - slug: m
+    endpoints:
+      - {provider: alpha, upstream_model: up, price: {input: 1.0, output: 2.0}, context_window: 8000, max_output: 1000}
+"""
+ENDPOINT = "m@alpha"
+INTERVAL = 0.3
+
+
+@pytest.fixture
+def shared(
+    tmp_path: Path, redis_prefix: str, settings: object, monkeypatch: pytest.MonkeyPatch
+) -> tuple[LiveRouter, LiveRouter, list[str]]:
+    """Two processes' routers on one catalogue; this one is the ledger's, and each sync it
+    sends on its own is counted."""
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    config_load(path, env={"ALPHA_KEY": "sk-alpha"})
+    settings.ROUTING_SYNC_INTERVAL = INTERVAL  # type: ignore[attr-defined]
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    ours, theirs = LiveRouter("routing_cost"), LiveRouter("routing_cost")
+    monkeypatch.setattr(live_module, "_live", ours)
+    alone: list[str] = []
+    sync = ours.sync
+
+    async def counted() -> None:
+        alone.append("sync")
+        await sync()
+
+    monkeypatch.setattr(ours, "sync", counted)
+    return ours, theirs, alone
+
+
+async def configured(*routers: LiveRouter) -> None:
+    catalogue = await asyncio.to_thread(catalogue_build)
+    for router in routers:
+        router.configure(1, catalogue)
+
+
+def ok(latency: float) -> Outcome:
+    return Outcome("ok", latency_s=latency, output_tokens=50)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_answers_come_the_sync_rides_their_appends(
+    shared: tuple[LiveRouter, LiveRouter, list[str]],
+) -> None:
+    ours, theirs, alone = shared
+
+    async def main() -> tuple[dict[bytes, bytes], float]:
+        try:
+            await configured(ours, theirs)
+            for _ in range(100):  # the other process saw many more attempts, and shared them
+                theirs.observe(ENDPOINT, ok(2.0))
+            await theirs.sync()
+            started = time.monotonic()
+            while time.monotonic() - started < 4 * INTERVAL:  # an answer every 50 ms
+                ours.observe(ENDPOINT, ok(0.4))
+                await ledger._append([orjson.dumps({"kind": "test"})])
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)  # the last ride's replies are taken after its answer
+            client = sy_redis.async_client()
+            fields = await client.hgetall(sy_redis.key("routing", "ep", ENDPOINT))
+            return fields, ours.router.stats[ENDPOINT]["n"]
+        finally:
+            await ours.close()
+            await theirs.close()
+            await sy_redis.async_client().aclose()
+
+    fields, attempts = asyncio.run(main())
+    assert alone == []  # not one round trip of its own
+    assert ours.process.encode() in fields  # ours published, beside theirs
+    assert theirs.process.encode() in fields
+    assert 100 < attempts < 130  # and took theirs: the merged view counts both processes' ~125
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_no_answer_coming_it_syncs_alone_once_an_interval(
+    shared: tuple[LiveRouter, LiveRouter, list[str]],
+) -> None:
+    ours, _, alone = shared
+
+    async def main() -> dict[bytes, bytes]:
+        try:
+            await configured(ours)
+            ours.observe(ENDPOINT, ok(0.4))
+            await asyncio.sleep(3.5 * INTERVAL)
+            client = sy_redis.async_client()
+            return await client.hgetall(sy_redis.key("routing", "ep", ENDPOINT))
+        finally:
+            await ours.close()
+            await sy_redis.async_client().aclose()
+
+    fields = asyncio.run(main())
+    assert alone == ["sync"] * 3
+    assert ours.process.encode() in fields
