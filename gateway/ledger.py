@@ -56,6 +56,7 @@ from common.faultlog import faults
 from gateway.ledger_dictionary import DICTIONARY_1
 from gateway.ledger_kept import KeptRecords
 from gateway.models import Generation, StoredResponse
+from quotas import recovery
 from quotas.models import Reservation
 from quotas.store.base import LedgerCarry
 from routing.live import live_router
@@ -349,13 +350,20 @@ async def _append(batch: list[bytes], writes: Sequence[tuple[str, bytes, int]] =
     pipe.set(born, mark, nx=True, get=True)
     pipe.get(sy_redis.key("config", "version"))
     own = len(pipe)
-    # The routing statistics' sync, when due, rides along (routing/live.py): one round trip
-    # where two were. Errors come back as replies, so that one of the sync's is its own.
-    ride = live_router().sync_ride(pipe)
+    # The routing statistics' sync and the heartbeat's look, when due, ride along
+    # (routing/live.py, quotas/recovery.py): one round trip where there were up to three.
+    # Errors come back as replies, so that one of theirs stays theirs.
+    rides = []
+    for ride in (live_router().sync_ride, recovery.look_ride):
+        start = len(pipe)
+        arrive = ride(pipe)
+        if arrive is not None:
+            rides.append((arrive, start, len(pipe)))
     sent = time.monotonic()
     replies = await pipe.execute(raise_on_error=False)
-    if ride is not None:
-        asyncio.get_running_loop().call_soon(ride, replies[own:])  # after this answer
+    loop = asyncio.get_running_loop()
+    for arrive, start, end in rides:
+        loop.call_soon(arrive, replies[start:end])  # after this answer
     for reply in replies[:own]:
         if isinstance(reply, Exception):
             raise reply

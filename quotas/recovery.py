@@ -34,6 +34,8 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from common.db import database_work
 from common.faultlog import faults
@@ -47,6 +49,9 @@ from quotas.store.redis import EpochState
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT = 5.0
+# A look may ride an answer's round trip once this share of a heartbeat has passed since the
+# last one, so that the beat finds it there (routing.live's sync rides the same way).
+RIDE_SHARE = 0.8
 POKE_GAP_SECONDS = 0.1  # a process starts without its first look rather than not at all
 # Rows of members silent this long are deleted: they tell nothing any more (a day: what a
 # refill bucket with a daily period would want to know of the last activity).
@@ -66,6 +71,8 @@ class Recovery:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._leaving = False
+        self._looked_at = -math.inf  # when the last look was sent (monotonic), ridden or not
+        self._ridden: tuple[EpochState, float] | None = None  # a ridden look, when it came
 
     @property
     def expected_end(self) -> float | None:
@@ -108,14 +115,15 @@ class Recovery:
     async def _beating(self) -> None:
         assert self._wake is not None
         while not self._leaving:
+            poked = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(HEARTBEAT_SECONDS):
-                    await self._wake.wait()
+                    poked = await self._wake.wait()
             if self._leaving:
                 return
             self._wake.clear()
             try:
-                await self.beat()
+                await self.beat(poked=poked)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -123,15 +131,46 @@ class Recovery:
             # Every refusal while recovering pokes: one look per gap, not one per refusal.
             await asyncio.sleep(POKE_GAP_SECONDS)
 
-    async def beat(self) -> None:
-        """One heartbeat: look at the epoch, report if it learns, write the row, decide."""
-        state = await self.store.recovery_look()
-        self._looked(state)
+    async def beat(self, *, poked: bool = False) -> None:
+        """One heartbeat: look at the epoch (or take the look that rode an answer's round trip
+        since the last beat, unless ``poked``), report if it learns, write the row, decide."""
+        state = None if poked else self._ridden_fresh()
+        if state is None:
+            self._looked_at = time.monotonic()
+            state = await self.store.recovery_look()
+            self._looked(state)
         if state.epoch.learning(state.now) and self.member not in state.reported:
             if not await self._reregister(state):
                 return  # a renewal failed: not reported, try again at the next beat
             state = await self.store.recovery_look(self.member, epoch=state.epoch)
         await self._touch_and_decide(state, joining=False)
+
+    def look_ride(self, pipe: Any) -> Callable[[list[Any]], None] | None:
+        """If a look is due, add it to ``pipe`` (an answer's ledger append, not yet sent:
+        ``gateway.ledger``) and return what takes its reply; else None. With answers coming,
+        the heartbeat then needs no round trip of its own (its database row is another
+        matter)."""
+        if self._task is None or self._leaving:
+            return None
+        if time.monotonic() - self._looked_at < RIDE_SHARE * HEARTBEAT_SECONDS:
+            return None
+        self._looked_at = time.monotonic()
+        pipe.execute_command(*self.store.recovery_look_command())
+        return self._ridden_came
+
+    def _ridden_came(self, replies: list[Any]) -> None:
+        if isinstance(replies[0], Exception):
+            return  # the beat looks on its own (and loads the library, if Redis lost it)
+        state = self.store.recovery_state(replies[0])
+        self._ridden = (state, time.monotonic())
+        self._looked(state)
+
+    def _ridden_fresh(self) -> EpochState | None:
+        """The look that rode since the last beat, if it is younger than a heartbeat."""
+        ridden, self._ridden = self._ridden, None
+        if ridden is None or time.monotonic() - ridden[1] >= HEARTBEAT_SECONDS:
+            return None
+        return ridden[0]
 
     def _looked(self, state: EpochState) -> None:
         """Tell this process's allowances how many pauses Redis has seen: a pause another
@@ -250,6 +289,11 @@ async def members_join(kind: str) -> Recovery:
         _current = Recovery(broker_get(), kind)
         await _current.join()
     return _current
+
+
+def look_ride(pipe: Any) -> Callable[[list[Any]], None] | None:
+    """This process's heartbeat look, when due, in another's round trip (``Recovery.look_ride``)."""
+    return _current.look_ride(pipe) if _current is not None else None
 
 
 async def members_leave() -> None:

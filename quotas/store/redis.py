@@ -296,7 +296,16 @@ class RedisReservationStore:
         the one it re-registered its reservations in (quotas/core/recovery.py)."""
         born = "" if epoch is None else repr(epoch.born)
         args = [self._clock_arg(now), self._max_lease, member or "", born]
-        reply = await self._call("recovery", [self._epoch], args)
+        return self.recovery_state(await self._call("recovery", [self._epoch], args), now)
+
+    def recovery_look_command(self) -> tuple[str | int, ...]:
+        """A plain look (``recovery_look()``) as a command to send in another's round trip (a
+        pipeline); ``recovery_state`` reads its reply. A Redis that lost the library answers
+        it with an error: only ``recovery_look`` loads it again."""
+        name = self.library.function("recovery")
+        return ("FCALL", name, 1, self._epoch, "", self._max_lease, "", "")
+
+    def recovery_state(self, reply: Any, now: float | None = None) -> EpochState:
         self._learn_clock(f_(reply[0]), now)
         reported = frozenset(s_(r) for r in reply[5 : 5 + int(reply[4])])
         return EpochState(

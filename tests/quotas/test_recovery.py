@@ -206,7 +206,7 @@ class LosesACancel(Recovery):
         super().__init__(broker, kind)
         self.beating = asyncio.Event()
 
-    async def beat(self) -> None:
+    async def beat(self, *, poked: bool = False) -> None:
         self.beating.set()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(5.0)

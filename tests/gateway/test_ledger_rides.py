@@ -1,6 +1,8 @@
-"""The routing statistics' sync rides an answer's ledger append (``LiveRouter.sync_ride``,
-``gateway.ledger._append``): while answers come, a process shares its statistics and takes
-the others' with no round trip of its own; with none coming, it syncs alone once an interval.
+"""Background round trips ride an answer's ledger append (``gateway.ledger._append``): while
+answers come, a process shares its routing statistics and takes the others'
+(``LiveRouter.sync_ride``), and its heartbeat reads the broker's epoch and the pauses set
+anywhere (``Recovery.look_ride``), with no round trip of their own; with no answer coming,
+each goes alone once an interval.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -15,6 +18,10 @@ import pytest
 from common import redis as sy_redis
 from configfile.apply import config_load
 from gateway import ledger
+from quotas import recovery as recovery_module
+from quotas.broker import Broker
+from quotas.recovery import Recovery
+from quotas.store.redis import RedisReservationStore
 from routing import live as live_module
 from routing.catalogue import catalogue_build
 from routing.core.stats import Outcome
@@ -119,3 +126,52 @@ def test_with_no_answer_coming_it_syncs_alone_once_an_interval(
     fields = asyncio.run(main())
     assert alone == ["sync"] * 3
     assert ours.process.encode() in fields
+
+
+def answers(seconds: float) -> Any:
+    """An answer's ledger append every 50 ms for ``seconds``."""
+
+    async def appending() -> None:
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            await ledger._append([orjson.dumps({"kind": "test"})])
+            await asyncio.sleep(0.05)
+
+    return appending()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_answers_come_the_heartbeat_looks_in_their_appends(
+    redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """And a pause another process sets still reaches this one's allowances within a beat."""
+    monkeypatch.setattr(sy_redis, "_async_client", None)
+    looks_alone: list[str] = []
+
+    async def main() -> tuple[int | None, int | None]:
+        store = RedisReservationStore(sy_redis.async_client(), prefix=redis_prefix)
+        broker = Broker(store, allowance_requests=8)
+        heartbeat = Recovery(broker, "gateway")
+        monkeypatch.setattr(recovery_module, "_current", heartbeat)
+        look = store.recovery_look
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            looks_alone.append("look")
+            return await look(*args, **kwargs)
+
+        try:
+            await heartbeat.join()  # its first look is its own
+            monkeypatch.setattr(store, "recovery_look", counted)
+            assert broker.allowances is not None
+            before = broker.allowances._pauses
+            await answers(2.5)
+            await store.pause("provider:theta", time.time() + 60)  # another process's 429
+            await answers(1.5)
+            return before, broker.allowances._pauses
+        finally:
+            await heartbeat.leave()
+            await sy_redis.async_client().aclose()
+
+    before, after = asyncio.run(main())
+    assert looks_alone == []
+    assert before == 0 and after == 1  # the pause, seen by a look that rode an append
