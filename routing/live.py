@@ -10,7 +10,7 @@ so there is no race to lose an update in; a dead process's field decays and is d
 The sync rides the round trip of an answer's ledger append (``sync_ride``, called by
 ``gateway.ledger``) when one comes after ``RIDE_SHARE`` of the interval, and goes on its own
 only when none came by the interval's end: with answers one by one, each its own append, the
-sync's own round trips were a sixth of those that were not an append (bench/results/redis.md).
+syncs were 2 of the ~7 round trips a second that were not an append (bench/results/redis.md).
 
 Conversations pinned to an endpoint (G12) live in ``<prefix>:routing:sticky:<key>`` with the
 provider's cache lifetime as TTL: read only for a conversation's later turns, written after
