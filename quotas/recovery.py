@@ -3,8 +3,9 @@
 A gateway process (``gateway/asgi.py``'s lifespan) and a Celery worker's job loop
 (``gateway/job_runner.py``) each *join* as a member: a row in PostgreSQL (``BrokerMember``)
 that a background task heartbeats every ``HEARTBEAT_SECONDS``. The same task looks at the
-broker's epoch in Redis (one script call), which also tells the process's allowances how many
-provider pauses were set (``quotas.allowances``: a pause set elsewhere stops them). When the
+broker's epoch in Redis (one script call, sent in an answer's ledger append when one comes in
+time: ``look_ride``), which also tells the process's allowances how many provider pauses were
+set (``quotas.allowances``: a pause set elsewhere stops them). When the
 epoch is learning — Redis is new, or lost its state — the member
 
 1. re-registers every reservation it holds (``Broker.holdings``) in the new Redis: a renewal
@@ -102,7 +103,7 @@ class Recovery:
         if self._task is not None:
             # The flag as well as the cancel: a worker once hung at shutdown with its heartbeat
             # cancelled yet beating on, the cancel lost in something a beat awaited (1 stop in
-            # ~40 while measuring; what lost it is not known). The loop ends at its next look.
+            # ~35 while measuring; what lost it is not known). The loop ends at its next look.
             self._leaving = True
             if self._wake is not None:
                 self._wake.set()
