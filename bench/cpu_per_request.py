@@ -314,6 +314,7 @@ def measure(
     connections: int,
     stream: bool,
     think: float = 0.0,
+    stagger: float = 0.0,
 ) -> dict:
     data = body(stream)
     asyncio.run(drive(url, data, 64, connections))  # warm: connections, scripts, snapshot
@@ -326,7 +327,7 @@ def measure(
     tree_before = workers_cpu(gateway_tree)
     system_before = sum(cpu_split(pid)[1] for pid in gateway_workers)
     before, started = workers_cpu(gateway_workers), time.monotonic()
-    errors = asyncio.run(drive(url, data, requests, connections, think))
+    errors = asyncio.run(drive(url, data, requests, connections, think, stagger=stagger))
     seconds = time.monotonic() - started
     instructions = callgrind(gateway_workers[0], "off")
     for watcher in (*spies, tracer):
@@ -363,18 +364,25 @@ def measure(
 
 
 def redis_counts(port: int) -> dict[str, int]:
-    """Commands run (script-inner ones included) and bytes received, less this reading's own."""
+    """Commands run (script-inner ones included, less this reading's own), script calls,
+    round trips (the server's read events, one a pipeline; the readings' own few included, ~0.01
+    a request), bytes received; and the server's CPU (µs, its idle included: each gateway has a
+    Redis of its own)."""
     client = redis.Redis(port=port)
     try:
         stats = client.info("commandstats")
         net = client.info("stats")
+        cpu = client.info("cpu")
     finally:
         client.close()
     calls = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
     return {
         "commands": calls,
         "evalsha": stats.get("cmdstat_evalsha", {}).get("calls", 0),
+        "fcall": stats.get("cmdstat_fcall", {}).get("calls", 0),
+        "round_trips": net["total_reads_processed"],
         "bytes_in": net["total_net_input_bytes"],
+        "cpu_us": round((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6),
     }
 
 
@@ -496,6 +504,7 @@ def run_stack(upstream: str, args: argparse.Namespace, folder: Path) -> list[dic
                 row = measure(
                     url, pids, all_pids, case=case, requests=requests, think=think,
                     connections=args.connections, stream=args.stream,
+                    stagger=0.0 if case == "mock0" else args.stagger,
                 )  # fmt: skip
                 rows.append({"src": label, **row})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -593,9 +602,10 @@ def mean(rows: list[dict], name: str) -> float:
 def table(rows: list[dict]) -> str:
     lines = [
         "| case | checkout | requests | errors | req/s | gateway CPU ms / req (each rep) | mean "
-        "| Redis commands / req | EVALSHA / req | bytes to Redis / req | peak RSS per worker MiB "
-        "| whole tree: CPU ms / req, RSS MiB | loadavg |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|",
+        "| Redis commands / req | FCALL / req | round trips / req | Redis CPU µs / req (each rep) "
+        "| bytes to Redis / req | peak RSS per worker MiB | whole tree: CPU ms / req, RSS MiB "
+        "| loadavg |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -606,7 +616,7 @@ def table(rows: list[dict]) -> str:
             lines.append(
                 f"| idle (CPU ms / s, all workers) | {src} | | | | "
                 f"{' / '.join(f'{v:.2f}' for v in values)} | {sum(values) / len(values):.2f} "
-                "| | | | | | |"
+                "| | | | | | | | |"
             )
             continue
         values = [r["cpu_ms_per_req"] for r in group]
@@ -617,7 +627,7 @@ def table(rows: list[dict]) -> str:
                 f"| {case} (million instructions / req) | {src} | {group[0]['requests']} "
                 f"| {sum(r['errors'] for r in group)} | | "
                 f"{' / '.join(f'{v:,.0f}k' for v in counts)} | {sum(values) / len(values):.3f} "
-                "| | | | | | |"
+                "| | | | | | | | |"
             )
             continue
         lines.append(
@@ -626,7 +636,9 @@ def table(rows: list[dict]) -> str:
             f"{sum(r['rps'] for r in group) / len(group):.0f} | "
             f"{' / '.join(f'{v:.3f}' for v in values)} | {sum(values) / len(values):.3f} | "
             f"{mean(group, 'redis_commands_per_req'):.1f} | "
-            f"{mean(group, 'redis_evalsha_per_req'):.2f} | "
+            f"{mean(group, 'redis_fcall_per_req'):.3f} | "
+            f"{mean(group, 'redis_round_trips_per_req'):.3f} | "
+            f"{' / '.join(str(round(r.get('redis_cpu_us_per_req', 0))) for r in group)} | "
             f"{mean(group, 'redis_bytes_in_per_req'):,.0f} | "
             f"{max(r.get('peak_rss_mib', 0) for r in group):.1f} | "
             f"{mean(group, 'tree_cpu_ms_per_req'):.3f}, "
@@ -642,6 +654,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--slow-requests", type=int, default=480)
+    parser.add_argument(
+        "--stagger", type=float, default=0.0,
+        help="mock500 and mock0_paced: the connections' first requests spread over this many "
+        "seconds (0.5: one by one, as bench/anchors_redis.py's pairs)",
+    )  # fmt: skip
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
