@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -75,21 +76,24 @@ def ok(latency: float) -> Outcome:
 
 @pytest.mark.django_db(transaction=True)
 def test_while_answers_come_the_sync_rides_their_appends(
-    shared: tuple[LiveRouter, LiveRouter, list[str]],
+    shared: tuple[LiveRouter, LiveRouter, list[str]], settings: object
 ) -> None:
     ours, theirs, alone = shared
+    # A sync rides from 0.8 of the interval and goes alone at its end: with an answer every
+    # 20 ms, 80 ms of a busy machine's delays are forgiven.
+    interval = settings.ROUTING_SYNC_INTERVAL = 0.5  # type: ignore[attr-defined]
 
     async def main() -> tuple[dict[bytes, bytes], float]:
         try:
             await configured(ours, theirs)
-            for _ in range(100):  # the other process saw many more attempts, and shared them
+            for _ in range(300):  # the other process saw many more attempts, and shared them
                 theirs.observe(ENDPOINT, ok(2.0))
             await theirs.sync()
             started = time.monotonic()
-            while time.monotonic() - started < 4 * INTERVAL:  # an answer every 50 ms
+            while time.monotonic() - started < 4 * interval:
                 ours.observe(ENDPOINT, ok(0.4))
                 await ledger._append([orjson.dumps({"kind": "test"})])
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.02)
             await asyncio.sleep(0.01)  # the last ride's replies are taken after its answer
             client = sy_redis.async_client()
             fields = await client.hgetall(sy_redis.key("routing", "ep", ENDPOINT))
@@ -103,7 +107,8 @@ def test_while_answers_come_the_sync_rides_their_appends(
     assert alone == []  # not one round trip of its own
     assert ours.process.encode() in fields  # ours published, beside theirs
     assert theirs.process.encode() in fields
-    assert 100 < attempts < 130  # and took theirs: the merged view counts both processes' ~125
+    # And took theirs: ours alone made at most 100 attempts (a 30 s half-life decays little).
+    assert 250 < attempts < 420
 
 
 @pytest.mark.django_db(transaction=True)
@@ -124,11 +129,11 @@ def test_with_no_answer_coming_it_syncs_alone_once_an_interval(
             await sy_redis.async_client().aclose()
 
     fields = asyncio.run(main())
-    assert alone == ["sync"] * 3
+    assert alone in (["sync"] * 2, ["sync"] * 3)  # at 0.3, 0.6 and 0.9 s (a busy loop: later)
     assert ours.process.encode() in fields
 
 
-def answers(seconds: float) -> Any:
+def answers(seconds: float) -> Coroutine[Any, Any, None]:
     """An answer's ledger append every 50 ms for ``seconds``."""
 
     async def appending() -> None:
