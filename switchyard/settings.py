@@ -267,7 +267,8 @@ RESERVATION_LEASE_SECONDS = env_float("RESERVATION_LEASE_SECONDS", 30.0)
 # process reserves for up to this many requests at once and grants them without a Redis call
 # each (a third more requests a second at 16 connections, bench/results/redis.md). 64, not 32:
 # at a few requests a second a set's allowance ends at its age before it is spent, so fewer
-# takes and reconciles with no capacity held longer. 0: every request reserves on its own.
+# takes and reconciles; more is held at once (still a tenth of any bucket at most), not
+# longer. 0: every request reserves on its own.
 BROKER_ALLOWANCE_REQUESTS = env_int("BROKER_ALLOWANCE_REQUESTS", 64)
 # --- The router ---------------------------------------------------------------------------
 # routing_cost (the default) or price_only (the old behaviour, for switchback experiments).
