@@ -147,13 +147,7 @@ class LiveRouter:
         boarded = self._board(pipe)
         if boarded is None:
             return None
-        return functools.partial(self._arrived, boarded)
-
-    def _arrived(self, boarded: Boarded, replies: list[Any]) -> None:
-        if any(isinstance(reply, Exception) for reply in replies):
-            faults.warning(log, "routing:sync", "routing statistics not shared this round")
-            return
-        self._arrive(boarded, replies)
+        return functools.partial(self._arrive, boarded)
 
     def _board(self, pipe: Any) -> Boarded | None:
         """Add the sync's commands to ``pipe``: this process's statistics written, everyone's
@@ -183,7 +177,11 @@ class LiveRouter:
         return Boarded(endpoint_keys, slugs, published)
 
     def _arrive(self, boarded: Boarded, replies: list[Any]) -> None:
-        """Load everyone's statistics, merged, from the replies to ``_board``'s commands."""
+        """Load everyone's statistics, merged, from the replies to ``_board``'s commands (a
+        ridden sync's may hold a command's error: then none is loaded this round)."""
+        if any(isinstance(reply, Exception) for reply in replies):
+            faults.warning(log, "routing:sync", "routing statistics not shared this round")
+            return
         endpoint_keys, slugs = boarded.endpoint_keys, boarded.slugs
         replies = replies[boarded.published :]
         now = time.time()
