@@ -8,8 +8,8 @@
 # the harness holds is the server's), started as tests/stack.py and scripts/demo start it:
 # gateway.serve (uvicorn, a listening socket per worker), switchyard.asgi:application with
 # gateway.server:HttpProtocol (uvicorn's httptools protocol, whose own 400s are in the error
-# envelope), uvloop, no access log. No Celery worker (as the harness and bench/gateway_bench.py):
-# ledger records stay queued in Redis.
+# envelope), uvloop, no access log, the cores compiled by mypyc. No Celery worker (as the
+# harness and bench/gateway_bench.py): ledger records stay queued in Redis.
 # Env: SWITCHYARD_SRC (the project checkout), SWITCHYARD_VENV (default: its .venv),
 # SWITCHYARD_SERVER (uvicorn, the default, or granian: the same application under granian's ASGI
 # interface, uvloop, HTTP/1 only, for bench/cpu_per_request.py --server; issue 19 item 2),
@@ -26,6 +26,9 @@ export DATABASE_URL="sqlite:///$WORKDIR/switchyard.sqlite3" REDIS_URL="$REDIS" R
 cd "$SRC"
 "$VENV/bin/python" manage.py migrate --noinput >/dev/null
 "$VENV/bin/python" manage.py loadconfig "$CONFIG"
+# The cores compiled by mypyc, as a deployment runs them (gateway.serve; ~1 minute the first
+# time for a version of the cores, then cached); without a build the workers run them as Python.
+"$VENV/bin/python" -m common.compiled_cores || echo "anchors_start: the cores run as Python" >&2
 case "${SWITCHYARD_SERVER:-uvicorn}" in
   uvicorn)
     exec ${SWITCHYARD_WRAP:-} "$VENV/bin/python" -m gateway.serve --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" ;;

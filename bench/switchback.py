@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
-from simulator.switchback import compiled  # noqa: E402  (imports neither core)
+from common import compiled_cores as compiled  # noqa: E402  (imports neither core)
 
 if TYPE_CHECKING:
     from simulator.switchback.experiment import Options, Run

@@ -17,6 +17,12 @@ supervisors do: new code and settings, with no moment when no worker listens), a
 or SIGINT stops them all (each finishes its requests as uvicorn does) and exits. Each worker
 runs ``uvicorn.Server`` with the settings ``scripts/demo`` always used: uvloop,
 ``gateway.server:HttpProtocol``, no access log.
+
+Each worker runs the quota and routing cores compiled by mypyc when a build for the exact
+sources exists (``python -m common.compiled_cores`` makes one, once per version of the cores):
+a request then executes ~4 % fewer instructions. ``SWITCHYARD_CORES`` chooses: ``auto`` (the
+default: the build if there is one), ``compiled`` (make it first if there is none, ~1 minute),
+``pure`` (never). The first log line says which the workers run, and why.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -33,10 +40,14 @@ from types import FrameType
 
 import uvicorn
 
+from common import compiled_cores
+
 APP = "switchyard.asgi:application"
 RESPAWN_PAUSE = 1.0  # a worker that dies at once is started again at most once a second
 STOP_GRACE = 30.0  # seconds a worker has to finish its requests after SIGTERM
 STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
+CORES_ENV = "SWITCHYARD_CORES"
+CORES_CHOICES = ("auto", "compiled", "pure")
 
 log = logging.getLogger("switchyard.serve")
 
@@ -78,8 +89,37 @@ def port_taken(host: str, port: int) -> bool:
     return False
 
 
-def worker(settings: uvicorn.Config) -> None:
+def cores_build(choice: str) -> tuple[str | None, str]:
+    """The mypyc build the workers load (None: the cores run as Python), and a line saying
+    which and why. Resolved when a worker starts, so workers started after new code (SIGHUP)
+    load the build for the new sources or none, never a stale one."""
+    if choice == "pure":
+        return None, f"cores run as pure Python ({CORES_ENV}=pure)"
+    if choice == "compiled":
+        return compiled_cores.cores(pure=False)
+    found = compiled_cores.cached(compiled_cores.build_key())
+    if found is None:
+        return None, (
+            "cores run as pure Python: no mypyc build for these sources"
+            " (python -m common.compiled_cores makes one)"
+        )
+    return str(found.path), f"cores compiled by mypyc ({found.path})"
+
+
+def load_cores(build: str | None) -> None:
+    """In a worker, before the application imports the cores: load the build, if any. One that
+    cannot be loaded leaves the cores as Python, with a warning."""
+    if build is None:
+        return
+    try:
+        compiled_cores.install(build)
+    except compiled_cores.InstallError as error:
+        log.warning("cores run as pure Python: %s", error)
+
+
+def worker(settings: uvicorn.Config, cores: str | None = None) -> None:
     """One worker process: its own socket, then uvicorn's server until told to stop."""
+    load_cores(cores)
     settings.configure_logging()
     sock = own_socket(settings.host, settings.port, settings.backlog)
     uvicorn.Server(settings).run(sockets=[sock])
@@ -88,18 +128,20 @@ def worker(settings: uvicorn.Config) -> None:
 class Supervisor:
     """Keeps ``count`` workers running until told to stop."""
 
-    def __init__(self, settings: uvicorn.Config, count: int) -> None:
+    def __init__(self, settings: uvicorn.Config, count: int, cores: str = "auto") -> None:
         self.settings = settings
         self.count = count
+        self.cores = cores
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[SpawnProcess] = []
         self.stopping = False
         self.restarting = False
 
     def start(self) -> SpawnProcess:
-        process = self.context.Process(target=worker, args=(self.settings,), name="worker")
+        build, which = cores_build(self.cores)
+        process = self.context.Process(target=worker, args=(self.settings, build), name="worker")
         process.start()
-        log.info("started worker %s", process.pid)
+        log.info("started worker %s: %s", process.pid, which)
         return process
 
     def stop(self, signum: int, frame: FrameType | None) -> None:
@@ -150,16 +192,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--app", default=APP, help="the ASGI application's import path")
+    parser.add_argument(
+        "--cores",
+        choices=CORES_CHOICES,
+        default=os.environ.get(CORES_ENV, "auto"),
+        help=f"run the cores compiled by mypyc (default: ${CORES_ENV}, else auto)",
+    )
     args = parser.parse_args(argv)
     settings = config(args.app, args.host, args.port)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s: %(message)s")
     if args.workers == 1:  # uvicorn serves in this process, as uvicorn alone does
+        build, which = cores_build(args.cores)
+        log.info(which)
+        load_cores(build)
         uvicorn.Server(settings).run()
         return
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s: %(message)s")
     if port_taken(args.host, args.port):
         log.error("%s:%s is in use by another server", args.host, args.port)
         sys.exit(STARTUP_FAILURE)
-    Supervisor(settings, args.workers).run()
+    Supervisor(settings, args.workers, args.cores).run()
 
 
 if __name__ == "__main__":

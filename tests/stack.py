@@ -115,6 +115,10 @@ class Stack:
             PYTHONPATH=str(ROOT),
             PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "metrics"),
             METRICS_TOKEN=SCRAPE_TOKEN,
+            # The same cores whether or not this machine holds a mypyc build (gateway.serve):
+            # Python, unless SWITCHYARD_TEST_CORES says otherwise for a whole run;
+            # tests/e2e/test_allowances.py runs both.
+            SWITCHYARD_CORES=os.environ.get("SWITCHYARD_TEST_CORES", "pure"),
         )
         env.update(self.extra_env)
         return env

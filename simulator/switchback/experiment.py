@@ -4,7 +4,7 @@
 pure function of the inputs (seed, days, scale, segments, arms): two runs give identical JSON.
 Wall-clock figures are kept apart (``Run.wall_s``) so they never leak into the result.
 
-With ``Options.compiled`` (a build of ``simulator.switchback.compiled``) the segments run in
+With ``Options.compiled`` (a build of ``common.compiled_cores``) the segments run in
 spawned workers that load the compiled cores before anything imports them; this process keeps
 its pure-Python cores and sends the workers only plain data (the files' contents), never a
 core object, whose class would differ on the other side.
@@ -24,11 +24,11 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+from common.compiled_cores import worker_start as compiled_worker_start
 from configfile import Config, config_parse, config_read
 from routing.core import RoutingParameters
 from simulator.model import ExperimentSpec, Market, MarketError, parse_market_text
 from simulator.switchback.analysis import changes_estimate
-from simulator.switchback.compiled import worker_start as compiled_worker_start
 from simulator.switchback.design import DAY, NEW, OLD, Design, Segment, segments_plan
 from simulator.switchback.market import SwitchbackError
 from simulator.switchback.runner import DRAIN_S, SHARE_BIN_S, SegmentResult, segment_run

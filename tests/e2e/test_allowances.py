@@ -2,13 +2,20 @@
 requests whose buckets have plenty left are granted from the gateway's allowance instead of
 reserving one by one, and afterwards the buckets hold exactly what reserving one by one would
 have left — every slot back, the tenant's daily tokens down by what the answers used — with a
-reservation row for every request in the ledger."""
+reservation row for every request in the ledger.
+
+The same, with the quota and routing cores compiled by mypyc (``gateway.serve``,
+``common.compiled_cores``), as a gateway runs them once a build exists: the same levels, the
+same rows.
+"""
 
 import os
+from pathlib import Path
 
 import httpx
 import pytest
 
+from common import compiled_cores
 from tests.e2e.brokerstate import bucket_available
 from tests.stack import SCRAPE_TOKEN, Stack, wait_until
 
@@ -17,18 +24,43 @@ pytestmark = pytest.mark.e2e
 KEY = "sk-sy-test-acme-web-0001"  # app web: 20 concurrent requests
 
 
-@pytest.fixture(scope="module")
-def stack():
+@pytest.fixture(scope="module", params=["pure", "compiled"])
+def stack(request):
+    if request.param == "compiled":
+        compiled_cores.build()  # ~1 minute the first time on a machine; then found in its cache
     running = Stack(
         database_url=os.environ["DATABASE_URL"],
         redis_url=os.environ["REDIS_URL"],
         latency_scale=0.05,
-        extra_env={"BROKER_ALLOWANCE_REQUESTS": "4"},
+        gateway_workers=2,
+        extra_env={"BROKER_ALLOWANCE_REQUESTS": "4", "SWITCHYARD_CORES": request.param},
     )
     try:
         yield running.start()
     finally:
         running.stop()
+
+
+def worker_pids(stack) -> list[int]:
+    """The gateway's workers: the supervisor's spawned children (not multiprocessing's
+    resource tracker)."""
+    supervisor = stack.processes["gateway"].pid
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    return [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_each_worker_runs_the_cores_it_was_told_to(stack):
+    cores = stack.extra_env["SWITCHYARD_CORES"]
+    build = compiled_cores.cached(compiled_cores.build_key())
+    assert len(worker_pids(stack)) == 2
+    for pid in worker_pids(stack):
+        mapped = Path(f"/proc/{pid}/maps").read_text()
+        if cores == "compiled":  # the build's shared library, at least, is loaded
+            assert build is not None and f"{build.path}/" in mapped, stack.log("gateway")
+        else:
+            assert "__mypyc" not in mapped
+    said = "cores compiled by mypyc" if cores == "compiled" else "cores run as pure Python"
+    assert stack.log("gateway").count(said) == 2, stack.log("gateway")
 
 
 def allowance_grants(stack) -> float:

@@ -1,9 +1,11 @@
 """The gateway's runner (gateway/serve.py): each worker listens on a socket of its own, so new
-connections are spread over the workers by the kernel, not taken by whichever is awake."""
+connections are spread over the workers by the kernel, not taken by whichever is awake; a
+worker runs the cores compiled by mypyc when a build of the exact sources exists."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +17,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from common import compiled_cores
+from gateway import serve
 from tests.stack import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,3 +130,39 @@ def test_a_port_another_server_listens_on_is_refused(runner: Runner, tmp_path: P
     assert f"127.0.0.1:{runner.port} is in use" in second.stderr
     assert len(runner.pids(32)) == 2  # the first still serves, alone on the port
     assert runner.listening_sockets() == 2
+
+
+def fake_build(cache: Path, key: str) -> Path:
+    """A build directory as ``compiled_cores.build`` leaves it (an empty stand-in module)."""
+    relative = f"quotas/core/book{compiled_cores.EXT_SUFFIX}"
+    (cache / key / relative).parent.mkdir(parents=True)
+    (cache / key / relative).write_bytes(b"")
+    manifest = {"key": key, "files": {"quotas.core.book": relative}}
+    (cache / key / compiled_cores.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    return cache / key
+
+
+def test_workers_run_compiled_cores_only_from_a_build_of_these_exact_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(compiled_cores.CACHE_ENV, str(tmp_path))
+    build, which = serve.cores_build("auto")
+    assert build is None
+    assert which.startswith("cores run as pure Python") and "common.compiled_cores" in which
+    fake_build(tmp_path, "0" * 32)  # a build of other sources
+    assert serve.cores_build("auto")[0] is None
+    ours = fake_build(tmp_path, compiled_cores.build_key())
+    assert serve.cores_build("auto") == (str(ours), f"cores compiled by mypyc ({ours})")
+    assert serve.cores_build("pure") == (None, "cores run as pure Python (SWITCHYARD_CORES=pure)")
+
+
+def test_a_build_a_worker_cannot_load_leaves_its_cores_as_python(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Here the cores are imported already, as they would be by anything run before it."""
+    import quotas.core.book
+
+    book = quotas.core.book
+    serve.load_cores(str(fake_build(tmp_path, compiled_cores.build_key())))
+    assert sys.modules["quotas.core.book"] is book
+    assert "cores run as pure Python: already imported as Python: quotas.core.book" in caplog.text

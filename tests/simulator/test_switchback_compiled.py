@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from simulator.switchback import compiled
+from common import compiled_cores as compiled
 from simulator.switchback.experiment import Options, experiment_run
 
 from .switchback_fixtures import files

@@ -11,13 +11,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from common import compiled_cores as compiled
 from common.reader import Invalid
 from configfile import ConfigError
 from configfile.schema import STREAM_RESERVATIONS
 from routing.core import RoutingParameters
 from routing.validation import routing_overrides
 from simulator.model import MarketError
-from simulator.switchback import compiled
 from simulator.switchback.design import NEW, OLD
 from simulator.switchback.experiment import Options, Run, experiment_run
 from simulator.switchback.market import SwitchbackError
