@@ -28,6 +28,7 @@ default: the build if there is one), ``compiled`` (make it first if there is non
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -46,6 +47,7 @@ APP = "switchyard.asgi:application"
 RESPAWN_PAUSE = 1.0  # a worker that dies at once is started again at most once a second
 STOP_GRACE = 30.0  # seconds a worker has to finish its requests after SIGTERM
 STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot start
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 CORES_ENV = "SWITCHYARD_CORES"
 CORES_CHOICES = ("auto", "compiled", "pure")
 
@@ -117,8 +119,20 @@ def load_cores(build: str | None) -> None:
         log.warning("cores run as pure Python: %s", error)
 
 
-def worker(settings: uvicorn.Config, cores: str | None = None) -> None:
+def end_with(supervisor: int) -> None:
+    """This worker gets SIGTERM when its supervisor dies, however it died (SIGKILL, the OOM
+    killer). Else it would go on serving the port with no one to replace or stop it, and a
+    gateway started again would refuse the port as taken (``port_taken``). Linux only."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != supervisor:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker(settings: uvicorn.Config, cores: str | None, supervisor: int) -> None:
     """One worker process: its own socket, then uvicorn's server until told to stop."""
+    end_with(supervisor)
     load_cores(cores)
     settings.configure_logging()
     sock = own_socket(settings.host, settings.port, settings.backlog)
@@ -139,7 +153,9 @@ class Supervisor:
 
     def start(self) -> SpawnProcess:
         build, which = cores_build(self.cores)
-        process = self.context.Process(target=worker, args=(self.settings, build), name="worker")
+        process = self.context.Process(
+            target=worker, args=(self.settings, build, os.getpid()), name="worker"
+        )
         process.start()
         log.info("started worker %s: %s", process.pid, which)
         return process

@@ -118,6 +118,26 @@ def test_sigterm_stops_every_worker_and_the_runner(runner: Runner) -> None:
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
 
 
+def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie nobody reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_workers_end_when_the_runner_is_killed_and_the_port_is_free_again(
+    runner: Runner,
+) -> None:
+    workers = set(runner.pids(32))
+    assert len(workers) == 2
+    runner.process.kill()  # SIGKILL: the runner cannot stop them itself
+    runner.process.wait()
+    wait_until(lambda: not any(alive(p) for p in workers), timeout=15, what="the workers' end")
+    assert not serve.port_taken("127.0.0.1", runner.port)
+
+
 def test_a_port_another_server_listens_on_is_refused(runner: Runner, tmp_path: Path) -> None:
     """With ``SO_REUSEPORT`` a second runner's workers could bind beside the first's and take
     half its connections; it stops at once instead."""
