@@ -197,4 +197,3 @@ class FunctionLibrary:
         replies = await self._fcall("batch", keys, [*head, *args])
         # {reply}, {} for a nil reply, or the call's error (redis-py returns it, not raises)
         return [r if isinstance(r, ResponseError) else (r[0] if r else None) for r in replies]
-

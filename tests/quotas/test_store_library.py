@@ -111,9 +111,7 @@ def test_a_script_error_is_raised_not_taken_for_a_lost_library(redis_server, run
     runner.run(store.client.aclose())
 
 
-def test_calls_that_come_while_one_is_on_its_way_go_together_as_if_one_by_one(
-    redis_server, runner
-):
+def test_calls_that_come_while_one_is_on_its_way_go_together_as_if_one_by_one(redis_server, runner):
     admin = redis.Redis(port=redis_server.port)
     store = store_on(redis_server.url)
     runner.run(store.bootstrap())
@@ -231,9 +229,7 @@ def test_a_batch_leaves_every_bucket_state_it_wrote_with_a_ttl(redis_server, run
     runner.run(store.client.aclose())
 
 
-def test_callers_of_a_batch_that_is_cancelled_are_cancelled_not_left_waiting(
-    redis_server, runner
-):
+def test_callers_of_a_batch_that_is_cancelled_are_cancelled_not_left_waiting(redis_server, runner):
     store = store_on(redis_server.url)
     runner.run(store.bootstrap())
     library = store.library
