@@ -151,8 +151,15 @@ class Supervisor:
         self.stopping = False
         self.restarting = False
 
+    def build_cores(self) -> None:
+        """With ``compiled``: make the build for the current sources, when starting and on each
+        reload. A worker replaced after a crash only looks for one: a build that fails is not
+        tried again at every start."""
+        if self.cores == "compiled":
+            log.info(cores_build("compiled")[1])
+
     def start(self) -> SpawnProcess:
-        build, which = cores_build(self.cores)
+        build, which = cores_build("auto" if self.cores == "compiled" else self.cores)
         process = self.context.Process(
             target=worker, args=(self.settings, build, os.getpid()), name="worker"
         )
@@ -170,6 +177,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         signal.signal(signal.SIGHUP, self.restart)
+        self.build_cores()
         self.workers = [self.start() for _ in range(self.count)]
         while not self.stopping:
             time.sleep(RESPAWN_PAUSE)
@@ -185,6 +193,7 @@ class Supervisor:
     def replace_all(self) -> None:
         """New workers first, listening beside the old ones; then the old ones end, each after
         finishing its requests."""
+        self.build_cores()
         old, self.workers = self.workers, [self.start() for _ in range(self.count)]
         log.info("replacing workers %s", ", ".join(str(p.pid) for p in old))
         self.end(old)
@@ -215,6 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         help=f"run the cores compiled by mypyc (default: ${CORES_ENV}, else auto)",
     )
     args = parser.parse_args(argv)
+    if args.cores not in CORES_CHOICES:  # argparse does not check a default
+        parser.error(f"{CORES_ENV}: one of {', '.join(CORES_CHOICES)}, not {args.cores!r}")
     settings = config(args.app, args.host, args.port)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s: %(message)s")
     if args.workers == 1:  # uvicorn serves in this process, as uvicorn alone does

@@ -60,7 +60,8 @@ def test_each_worker_runs_the_cores_it_was_told_to(stack):
         else:
             assert "__mypyc" not in mapped
     said = "cores compiled by mypyc" if cores == "compiled" else "cores run as pure Python"
-    assert stack.log("gateway").count(said) == 2, stack.log("gateway")
+    started = [line for line in stack.log("gateway").splitlines() if "started worker" in line]
+    assert len(started) == 2 and all(said in line for line in started), stack.log("gateway")
 
 
 def allowance_grants(stack) -> float:

@@ -186,3 +186,13 @@ def test_a_build_a_worker_cannot_load_leaves_its_cores_as_python(
     serve.load_cores(str(fake_build(tmp_path, compiled_cores.build_key())))
     assert sys.modules["quotas.core.book"] is book
     assert "cores run as pure Python: already imported as Python: quotas.core.book" in caplog.text
+
+
+def test_a_cores_choice_it_does_not_know_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SWITCHYARD_CORES", "yes")
+    with pytest.raises(SystemExit) as exit:
+        serve.main(["--port", str(free_port())])
+    assert exit.value.code == 2
+    assert "SWITCHYARD_CORES: one of auto, compiled, pure, not 'yes'" in capsys.readouterr().err
