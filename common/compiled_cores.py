@@ -4,8 +4,9 @@ gateway's workers.
 A simulated week makes hundreds of millions of calls into ``quotas.core`` and ``routing.core``;
 compiled by mypyc they run about twice as fast, with the same results. A proxied request spends
 about a tenth of the gateway's CPU in them: compiled, the request executes ~4 % fewer
-instructions (bench/results/gateway_cpu.md). ``build`` compiles them
-into a cache outside the source tree (``$SWITCHYARD_BUILD_CACHE``, else
+instructions (bench/results/gateway_cpu.md; ``gateway.serve`` loads the build).
+
+``build`` compiles them into a cache outside the source tree (``$SWITCHYARD_BUILD_CACHE``, else
 ``~/.cache/switchyard/mypyc``), in a directory named by a hash of the exact sources, mypy's
 version and the interpreter's ABI, so an edited source can never run as a stale build.
 ``install`` makes the following imports of those modules load the compiled files. It must run
