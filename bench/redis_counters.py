@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -114,17 +115,29 @@ def lone_append_cpu(client: redis.Redis, rate: float, seconds: float) -> float:
     answers come one by one, so that none shares a round trip or a wake-up (I2 asks for one
     before each answer)."""
     record, key, born = b"r" * 600, "bench:lone-append", "bench:lone-append:born"
+
+    def append(pipe: Any) -> None:
+        pipe.rpush(key, record)
+        pipe.set(born, "mark", nx=True, get=True)
+
+    spent = round_trip_cpu(client, rate, seconds, append)
+    client.delete(key, born)
+    return spent
+
+
+def round_trip_cpu(
+    client: redis.Redis, rate: float, seconds: float, commands: Callable[[Any], None]
+) -> float:
+    """Redis's CPU per round trip, its idle included, for one pipeline of ``commands`` sent
+    alone ``rate`` times a second for ``seconds``."""
     before, started, sent = _cpu_seconds(client), time.monotonic(), 0
     while time.monotonic() - started < seconds:
         pipe = client.pipeline(transaction=False)
-        pipe.rpush(key, record)
-        pipe.set(born, "mark", nx=True, get=True)
+        commands(pipe)
         pipe.execute()
         sent += 1
         time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
-    spent = _cpu_seconds(client) - before
-    client.delete(key, born)
-    return spent / sent
+    return (_cpu_seconds(client) - before) / sent
 
 
 def _cpu_seconds(client: redis.Redis) -> float:

@@ -3,7 +3,7 @@ round trip, raw and above Redis's own idle, for a PING and for an answer's ledge
 ``gateway.ledger._append`` sends it (RPUSH of an ~880-byte record, the conversation pin's SET
 PX, the birth mark's SET NX GET, GET of the config's version: one pipeline), one at a time at
 ``--rate`` a second, on a redis-server of its own. Redis's idle (its cron, ``hz`` 10) is
-measured before each case.
+measured before each case (``bench/redis_counters.py``).
 
 At the 0.5 s case's ~32 requests a second, a request that costs one round trip can cost Redis
 no less than this PING's raw figure, whatever the script or commands it sends.
@@ -14,70 +14,37 @@ no less than this PING's raw figure, whatever the script or commands it sends.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis.asyncio
+import redis
 
+from bench.redis_counters import idle_cpu_rate, round_trip_cpu
 from tests.stack import RedisServer
 
 RECORD = os.urandom(880)  # compressed records do not compress further
 
 
-async def cpu_seconds(client: redis.asyncio.Redis) -> float:
-    info = await client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+def ping(pipe: Any) -> None:
+    pipe.ping()
 
 
-async def ping(client: redis.asyncio.Redis) -> None:
-    await client.ping()
-
-
-async def append(client: redis.asyncio.Redis) -> None:
-    pipe = client.pipeline(transaction=False)
+def append(pipe: Any) -> None:
     pipe.rpush("bench:ledger", RECORD)
     pipe.set("bench:pin:conversation", b"endpoint-8", px=3_600_000)
     pipe.set("bench:ledger:born", b"0123456789abcdef0123456789abcdef", nx=True, get=True)
     pipe.get("bench:config:version")
-    await pipe.execute()
 
 
 CASES = {"PING": ping, "ledger append": append}
 
 
-async def case(url: str, name: str, rate: float, seconds: float) -> dict[str, float]:
-    client, probe = redis.asyncio.from_url(url), redis.asyncio.from_url(url)
-    try:
-        await client.ping()
-        before = await cpu_seconds(probe)
-        await asyncio.sleep(seconds)
-        idle_per_s = (await cpu_seconds(probe) - before) / seconds
-        loop = asyncio.get_running_loop()
-        before, started, sent = await cpu_seconds(probe), loop.time(), 0
-        while loop.time() - started < seconds:
-            await CASES[name](client)
-            sent += 1
-            await asyncio.sleep(max(0.0, started + sent / rate - loop.time()))
-        elapsed = loop.time() - started
-        used = await cpu_seconds(probe) - before
-        await client.delete("bench:ledger")
-        return {
-            "round_trips": sent,
-            "raw_us": used / sent * 1e6,
-            "idle_ms_per_s": idle_per_s * 1e3,
-            "above_idle_us": (used - idle_per_s * elapsed) / sent * 1e6,
-        }
-    finally:
-        await client.aclose()
-        await probe.aclose()
-
-
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=32.0, help="round trips a second")
     parser.add_argument("--seconds", type=float, default=6.0, help="per case, and for its idle")
@@ -85,18 +52,22 @@ async def main() -> None:
     args = parser.parse_args()
     server = RedisServer(Path(tempfile.mkdtemp(prefix="bench-rt-")))
     server.start()
+    client = redis.Redis(port=server.port)
     try:
-        print("| case | rep | round trips | Redis CPU µs / round trip | Redis idle ms / s |"
+        print("| case | rep | Redis CPU µs / round trip | Redis idle ms / s |"
               " above idle µs / round trip |")  # fmt: skip
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|")
         for rep in range(1, args.reps + 1):
-            for name in CASES:
-                row = await case(server.url, name, args.rate, args.seconds)
-                print(f"| {name} | {rep} | {row['round_trips']:.0f} | {row['raw_us']:.0f} |"
-                      f" {row['idle_ms_per_s']:.2f} | {row['above_idle_us']:.0f} |")  # fmt: skip
+            for name, commands in CASES.items():
+                idle = idle_cpu_rate(client, args.seconds)
+                raw = round_trip_cpu(client, args.rate, args.seconds, commands)
+                client.delete("bench:ledger")
+                print(f"| {name} | {rep} | {raw * 1e6:.0f} | {idle * 1e3:.2f} |"
+                      f" {(raw - idle / args.rate) * 1e6:.0f} |")  # fmt: skip
     finally:
+        client.close()
         server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
